@@ -1,0 +1,42 @@
+//! A synchronous, runtime-free implementation of the "tasks" feature of the Model Context
+//! Protocol (MCP).
+//!
+//! # Architecture
+//!
+//! One owner thread holds every task in a `BTreeMap` and serves commands that arrive over a
+//! `crossbeam-channel` inbox; callers hold a cheap, cloneable, blocking [`StoreHandle`]. The
+//! owner thread drives a pure [`StoreMachine`] (no threads, no clock reads: `now` and ids
+//! are arguments) and sleeps exactly until the next command or the next TTL deadline on a
+//! hierarchical timer wheel. Only the owner thread reads the [`Clock`]; tests swap in a
+//! [`ManualClock`] and use [`StoreHandle::sync`] as a barrier.
+//!
+//! Layers, bottom up: [`model`] (wire and domain types), [`store`] (machine, wheel, actor,
+//! handle). Nothing below the protocol layer knows JSON-RPC.
+//!
+//! ```
+//! use mcp_task_store::{CreateTask, Outcome, Store, TaskStatus};
+//! use serde_json::json;
+//!
+//! let store = Store::builder().build()?;
+//! let task = store.create(CreateTask::new().ttl(60_000))?;
+//! store.store_result(task.task_id, None, TaskStatus::Completed, Outcome::result(json!({"ok": true})), None)?;
+//! let done = store.get_result(task.task_id, None)?;
+//! assert_eq!(done.task.status, TaskStatus::Completed);
+//! # Ok::<(), mcp_task_store::StoreError>(())
+//! ```
+
+#![warn(missing_docs, unreachable_pub)]
+
+mod error;
+pub mod model;
+pub mod store;
+
+pub use error::StoreError;
+pub use model::{
+    CancelOutcome, CreateTask, InputRequests, InputResponses, LimitScope, Outcome, SessionId,
+    StoreEvent, Task, TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus, Timestamp,
+};
+pub use store::{
+    CancelToken, Clock, ExpiryPolicy, ManualClock, Millis, Now, Store, StoreBuilder, StoreConfig,
+    StoreHandle, StoreMachine, SystemClock, TaskStore,
+};

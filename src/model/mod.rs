@@ -1,0 +1,15 @@
+//! Wire and domain types shared by every layer: task ids, sessions, statuses, the task
+//! record as MCP 2025-11-25 puts it on the wire, outcomes and pages.
+//!
+//! Nothing here knows about threads, clocks or JSON-RPC framing; these are plain values.
+
+mod ids;
+mod task;
+mod timestamp;
+
+pub use ids::{SessionId, TaskId};
+pub use task::{
+    CancelOutcome, CreateTask, InputRequests, InputResponses, LimitScope, Outcome, StoreEvent,
+    Task, TaskDetail, TaskPage, TaskResult, TaskStatus,
+};
+pub use timestamp::Timestamp;

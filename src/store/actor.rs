@@ -1,0 +1,366 @@
+//! The owner thread: the only place that holds the machine, reads the clock and talks to
+//! channels. It sleeps until the next command or the next wheel deadline, never polls.
+
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
+use serde_json::Value;
+
+use super::clock::{Millis, Now, TimeSource};
+use super::config::duration_ms;
+use super::machine::{StoreMachine, Wake, WakeOutcome};
+use super::token::CancelToken;
+use crate::model::{
+    CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, StoreEvent, Task,
+    TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus,
+};
+use crate::StoreError;
+
+/// Where a command's answer goes: a `bounded(1)` channel owned by the caller.
+pub(crate) type Reply<T> = Sender<Result<T, StoreError>>;
+
+/// Most timers reclaimed between two looks at the inbox, so a mass expiry never holds up
+/// callers for long.
+const EXPIRY_BATCH: usize = 1024;
+/// Most commands served per wake-up before timers get another turn.
+const COMMAND_BATCH: usize = 256;
+
+/// One message per public handle method; each carries its own reply sender.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Create {
+        id: TaskId,
+        req: CreateTask,
+        reply: Reply<Task>,
+    },
+    Get {
+        id: TaskId,
+        session: Option<SessionId>,
+        reply: Reply<Task>,
+    },
+    GetDetail {
+        id: TaskId,
+        session: Option<SessionId>,
+        reply: Reply<TaskDetail>,
+    },
+    GetResult {
+        id: TaskId,
+        session: Option<SessionId>,
+        reply: Reply<TaskResult>,
+    },
+    List {
+        session: Option<SessionId>,
+        cursor: Option<String>,
+        reply: Reply<TaskPage>,
+    },
+    UpdateStatus {
+        id: TaskId,
+        session: Option<SessionId>,
+        status: TaskStatus,
+        message: Option<String>,
+        reply: Reply<Task>,
+    },
+    StoreResult {
+        id: TaskId,
+        session: Option<SessionId>,
+        status: TaskStatus,
+        outcome: Outcome,
+        message: Option<String>,
+        reply: Reply<Task>,
+    },
+    Cancel {
+        id: TaskId,
+        session: Option<SessionId>,
+        message: Option<String>,
+        reply: Reply<CancelOutcome>,
+    },
+    SetInputRequests {
+        id: TaskId,
+        session: Option<SessionId>,
+        requests: InputRequests,
+        reply: Reply<Task>,
+    },
+    ResolveInput {
+        id: TaskId,
+        session: Option<SessionId>,
+        responses: InputResponses,
+        reply: Reply<Task>,
+    },
+    CancelToken {
+        id: TaskId,
+        session: Option<SessionId>,
+        reply: Reply<CancelToken>,
+    },
+    WaitTerminal {
+        id: TaskId,
+        session: Option<SessionId>,
+        timeout: Option<Duration>,
+        reply: Reply<Task>,
+    },
+    WaitInput {
+        id: TaskId,
+        session: Option<SessionId>,
+        key: String,
+        timeout: Option<Duration>,
+        reply: Reply<Value>,
+    },
+    Subscribe {
+        reply: Reply<Receiver<StoreEvent>>,
+    },
+    Len {
+        reply: Reply<usize>,
+    },
+    Sync {
+        reply: Reply<()>,
+    },
+    Shutdown,
+}
+
+/// A parked waiter's reply channel.
+#[derive(Debug)]
+pub(crate) enum ReplyTo {
+    Task(Reply<Task>),
+    Value(Reply<Value>),
+}
+
+#[derive(Debug)]
+struct Subscriber {
+    events: Sender<StoreEvent>,
+    missed: u64,
+}
+
+pub(crate) struct StoreActor {
+    machine: StoreMachine<ReplyTo>,
+    time: TimeSource,
+    subscribers: Vec<Subscriber>,
+}
+
+impl StoreActor {
+    pub(crate) fn new(machine: StoreMachine<ReplyTo>, time: TimeSource) -> StoreActor {
+        StoreActor {
+            machine,
+            time,
+            subscribers: Vec::new(),
+        }
+    }
+
+    /// Serves commands until `Shutdown` or until every sender is gone.
+    pub(crate) fn run(mut self, inbox: Receiver<Command>) {
+        let mut more_due = false;
+        loop {
+            let Some(first) = self.next_command(&inbox, more_due) else {
+                return;
+            };
+            let now = self.time.now();
+            more_due = self.machine.handle_timeout(now, EXPIRY_BATCH);
+            let mut next = first;
+            for _ in 0..COMMAND_BATCH {
+                let Some(command) = next else { break };
+                if !self.apply(now, command) {
+                    return;
+                }
+                next = inbox.try_recv().ok();
+            }
+            if let Some(command) = next {
+                if !self.apply(now, command) {
+                    return;
+                }
+            }
+            self.flush();
+        }
+    }
+
+    /// `None` when the store must stop; `Some(None)` when a deadline (or pending expiry
+    /// work) woke the thread without a command.
+    fn next_command(&self, inbox: &Receiver<Command>, more_due: bool) -> Option<Option<Command>> {
+        if more_due {
+            return match inbox.try_recv() {
+                Ok(command) => Some(Some(command)),
+                Err(TryRecvError::Empty) => Some(None),
+                Err(TryRecvError::Disconnected) => None,
+            };
+        }
+        let deadline = self.machine.poll_timeout().filter(|_| self.time.is_real());
+        match deadline {
+            None => inbox.recv().ok().map(Some),
+            Some(at) => match inbox.recv_deadline(self.time.instant_of(at)) {
+                Ok(command) => Some(Some(command)),
+                Err(RecvTimeoutError::Timeout) => Some(None),
+                Err(RecvTimeoutError::Disconnected) => None,
+            },
+        }
+    }
+
+    /// Applies one command; false on `Shutdown`.
+    fn apply(&mut self, now: Now, command: Command) -> bool {
+        let m = &mut self.machine;
+        match command {
+            Command::Create { id, req, reply } => {
+                let mut result = m.create(now, id, req.clone());
+                // A random id colliding is astronomically unlikely; retry rather than fail.
+                while matches!(&result, Err(StoreError::InvalidArgument(w)) if w == "duplicate task id")
+                {
+                    result = m.create(now, TaskId::random(), req.clone());
+                }
+                send(reply, result);
+            }
+            Command::Get { id, session, reply } => send(reply, m.get(now, id, session.as_ref())),
+            Command::GetDetail { id, session, reply } => {
+                send(reply, m.get_detail(now, id, session.as_ref()))
+            }
+            Command::GetResult { id, session, reply } => {
+                send(reply, m.get_result(now, id, session.as_ref()))
+            }
+            Command::List {
+                session,
+                cursor,
+                reply,
+            } => send(reply, m.list(now, session.as_ref(), cursor.as_deref())),
+            Command::UpdateStatus {
+                id,
+                session,
+                status,
+                message,
+                reply,
+            } => send(
+                reply,
+                m.update_status(now, id, session.as_ref(), status, message),
+            ),
+            Command::StoreResult {
+                id,
+                session,
+                status,
+                outcome,
+                message,
+                reply,
+            } => send(
+                reply,
+                m.store_result(now, id, session.as_ref(), status, outcome, message),
+            ),
+            Command::Cancel {
+                id,
+                session,
+                message,
+                reply,
+            } => send(reply, m.cancel(now, id, session.as_ref(), message)),
+            Command::SetInputRequests {
+                id,
+                session,
+                requests,
+                reply,
+            } => send(
+                reply,
+                m.set_input_requests(now, id, session.as_ref(), requests),
+            ),
+            Command::ResolveInput {
+                id,
+                session,
+                responses,
+                reply,
+            } => send(reply, m.resolve_input(now, id, session.as_ref(), responses)),
+            Command::CancelToken { id, session, reply } => {
+                send(reply, m.cancel_token(now, id, session.as_ref()))
+            }
+            Command::WaitTerminal {
+                id,
+                session,
+                timeout,
+                reply,
+            } => {
+                let deadline = deadline_after(now, timeout);
+                m.wait_terminal(now, id, session.as_ref(), deadline, ReplyTo::Task(reply));
+            }
+            Command::WaitInput {
+                id,
+                session,
+                key,
+                timeout,
+                reply,
+            } => {
+                let deadline = deadline_after(now, timeout);
+                m.wait_input(
+                    now,
+                    id,
+                    session.as_ref(),
+                    &key,
+                    deadline,
+                    ReplyTo::Value(reply),
+                );
+            }
+            Command::Subscribe { reply } => {
+                let (events, receiver) = crossbeam_channel::bounded(m.config().event_buffer);
+                m.set_events_enabled(true);
+                self.subscribers.push(Subscriber { events, missed: 0 });
+                send(reply, Ok(receiver));
+            }
+            Command::Len { reply } => send(reply, Ok(m.len())),
+            Command::Sync { reply } => {
+                // A barrier: everything due by the clock's current reading happens first.
+                let now = self.time.now();
+                while self.machine.handle_timeout(now, usize::MAX) {}
+                self.flush();
+                send(reply, Ok(()));
+            }
+            Command::Shutdown => return false,
+        }
+        self.flush();
+        true
+    }
+
+    /// Hands answers to parked waiters and events to subscribers; never blocks.
+    fn flush(&mut self) {
+        while let Some(Wake { token, outcome }) = self.machine.poll_wake() {
+            match (token, outcome) {
+                (ReplyTo::Task(reply), WakeOutcome::Terminal(result)) => send(reply, result),
+                (ReplyTo::Value(reply), WakeOutcome::Input(result)) => send(reply, result),
+                // The machine answers each waiter with the kind it parked; anything else
+                // is a bug, and dropping the reply surfaces it to the caller as `Closed`.
+                (token, outcome) => {
+                    debug_assert!(false, "mismatched wake {token:?} / {outcome:?}");
+                }
+            }
+        }
+        while let Some(event) = self.machine.poll_event() {
+            self.subscribers
+                .retain_mut(|subscriber| deliver(subscriber, &event));
+            if self.subscribers.is_empty() {
+                self.machine.set_events_enabled(false);
+            }
+        }
+    }
+}
+
+/// Sends an event to one subscriber without blocking; false once it has gone away.
+fn deliver(subscriber: &mut Subscriber, event: &StoreEvent) -> bool {
+    if subscriber.missed > 0 {
+        let lagged = StoreEvent::Lagged {
+            missed: subscriber.missed,
+        };
+        match subscriber.events.try_send(lagged) {
+            Ok(()) => subscriber.missed = 0,
+            Err(TrySendError::Full(_)) => {
+                subscriber.missed += 1;
+                return true;
+            }
+            Err(TrySendError::Disconnected(_)) => return false,
+        }
+    }
+    match subscriber.events.try_send(event.clone()) {
+        Ok(()) => true,
+        Err(TrySendError::Full(_)) => {
+            subscriber.missed += 1;
+            true
+        }
+        Err(TrySendError::Disconnected(_)) => false,
+    }
+}
+
+fn deadline_after(now: Now, timeout: Option<Duration>) -> Option<Millis> {
+    timeout.map(|t| now.mono.plus(duration_ms(t)))
+}
+
+/// Replies never block (each reply channel has room for its one answer) and a caller that
+/// gave up is simply gone.
+fn send<T>(reply: Reply<T>, result: Result<T, StoreError>) {
+    let _ = reply.send(result);
+}

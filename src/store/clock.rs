@@ -1,0 +1,149 @@
+//! Time sources. Only the actor reads a clock; the machine is handed [`Now`] values.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::Mutex;
+
+use crate::model::Timestamp;
+
+/// Milliseconds on the store's monotonic time base, which starts at 0 when the store starts.
+/// TTL deadlines live on this base, so wall-clock jumps never expire a task early.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
+pub struct Millis(pub u64);
+
+impl Millis {
+    /// `self + ms`, saturating.
+    pub fn plus(self, ms: u64) -> Millis {
+        Millis(self.0.saturating_add(ms))
+    }
+}
+
+/// One reading of time as the machine needs it: the monotonic tick for deadlines and the
+/// wall clock for `createdAt` / `lastUpdatedAt`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Now {
+    /// Monotonic milliseconds since the store started.
+    pub mono: Millis,
+    /// Wall-clock time.
+    pub wall: Timestamp,
+}
+
+impl Now {
+    /// A reading at `mono` milliseconds whose wall clock is `wall_base + mono`; handy in tests.
+    pub fn at(mono: u64) -> Now {
+        const BASE: u64 = 1_764_066_600_000; // 2025-11-25T10:30:00Z
+        Now {
+            mono: Millis(mono),
+            wall: Timestamp(BASE + mono),
+        }
+    }
+}
+
+/// A source of time for the store's owner thread.
+pub trait Clock: Send + Sync + fmt::Debug + 'static {
+    /// Monotonic time.
+    fn now(&self) -> Instant;
+    /// Wall-clock time.
+    fn now_utc(&self) -> SystemTime;
+    /// False for clocks that only move when told to ([`ManualClock`]); the owner thread then
+    /// never sleeps on a deadline and expiry happens when a command (or `sync`) arrives.
+    fn is_real(&self) -> bool {
+        true
+    }
+}
+
+/// The operating system's clocks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn now_utc(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+/// A clock that moves only when [`advance`](ManualClock::advance) is called, for
+/// deterministic tests: `clock.advance(ttl); handle.sync()?;` and the expiry has happened.
+///
+/// Clones share the same time.
+#[derive(Clone, Debug)]
+pub struct ManualClock {
+    inner: Arc<Mutex<(Instant, SystemTime)>>,
+}
+
+impl ManualClock {
+    /// A clock frozen at the current real time.
+    pub fn new() -> ManualClock {
+        ManualClock {
+            inner: Arc::new(Mutex::new((Instant::now(), SystemTime::now()))),
+        }
+    }
+
+    /// Moves both the monotonic and the wall clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        let mut guard = self.inner.lock();
+        guard.0 += by;
+        guard.1 += by;
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        ManualClock::new()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Instant {
+        self.inner.lock().0
+    }
+
+    fn now_utc(&self) -> SystemTime {
+        self.inner.lock().1
+    }
+
+    fn is_real(&self) -> bool {
+        false
+    }
+}
+
+/// Converts between a clock's `Instant`s and the store's [`Millis`] base.
+#[derive(Debug)]
+pub(crate) struct TimeSource {
+    clock: Arc<dyn Clock>,
+    origin: Instant,
+}
+
+impl TimeSource {
+    pub(crate) fn new(clock: Arc<dyn Clock>) -> TimeSource {
+        let origin = clock.now();
+        TimeSource { clock, origin }
+    }
+
+    pub(crate) fn is_real(&self) -> bool {
+        self.clock.is_real()
+    }
+
+    /// Reads the clock once.
+    pub(crate) fn now(&self) -> Now {
+        let elapsed = self.clock.now().saturating_duration_since(self.origin);
+        Now {
+            mono: Millis(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)),
+            wall: Timestamp::from_system_time(self.clock.now_utc()),
+        }
+    }
+
+    /// The instant at which the monotonic base reaches `at`; far-off deadlines saturate to
+    /// a year from the origin's point of view, which only means a harmless early wake-up.
+    pub(crate) fn instant_of(&self, at: Millis) -> Instant {
+        const YEAR_MS: u64 = 365 * 24 * 3600 * 1000;
+        let ms = at.0.min(self.now().mono.0.saturating_add(YEAR_MS));
+        self.origin + Duration::from_millis(ms)
+    }
+}

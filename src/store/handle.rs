@@ -1,0 +1,415 @@
+//! The public face of the store: [`Store`] owns the owner thread, [`StoreHandle`] is the
+//! cheap, cloneable, blocking way to talk to it.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+use serde_json::Value;
+
+use super::actor::{Command, Reply, StoreActor};
+use super::clock::{Clock, SystemClock, TimeSource};
+use super::config::{ExpiryPolicy, StoreConfig};
+use super::machine::StoreMachine;
+use super::token::CancelToken;
+use crate::model::{
+    CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, StoreEvent, Task,
+    TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus,
+};
+use crate::StoreError;
+
+/// Configures and starts a [`Store`].
+///
+/// ```
+/// use std::time::Duration;
+/// use mcp_task_store::Store;
+///
+/// let store = Store::builder()
+///     .default_ttl(Duration::from_secs(600))
+///     .max_ttl(Duration::from_secs(3600))
+///     .max_tasks(10_000)
+///     .build()?;
+/// # Ok::<(), mcp_task_store::StoreError>(())
+/// ```
+#[derive(Clone)]
+pub struct StoreBuilder {
+    config: StoreConfig,
+    clock: Arc<dyn Clock>,
+}
+
+impl fmt::Debug for StoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreBuilder")
+            .field("config", &self.config)
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+impl Default for StoreBuilder {
+    fn default() -> Self {
+        StoreBuilder {
+            config: StoreConfig::default(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl StoreBuilder {
+    /// Starts from a whole configuration.
+    pub fn config(mut self, config: StoreConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// TTL for tasks that request none (default: unlimited, unless `max_ttl` is set).
+    pub fn default_ttl(mut self, ttl: Duration) -> Self {
+        self.config.default_ttl = Some(ttl);
+        self
+    }
+
+    /// Cap on every task's TTL, including tasks that requested none.
+    pub fn max_ttl(mut self, ttl: Duration) -> Self {
+        self.config.max_ttl = Some(ttl);
+        self
+    }
+
+    /// Suggested polling interval reported on every task (default 1 s).
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.config.poll_interval = interval;
+        self
+    }
+
+    /// Tasks per `list` page (default 100).
+    pub fn page_size(mut self, page_size: usize) -> Self {
+        self.config.page_size = page_size;
+        self
+    }
+
+    /// Most live tasks in the store.
+    pub fn max_tasks(mut self, max: usize) -> Self {
+        self.config.max_tasks = Some(max);
+        self
+    }
+
+    /// Most live tasks per session.
+    pub fn max_tasks_per_session(mut self, max: usize) -> Self {
+        self.config.max_tasks_per_session = Some(max);
+        self
+    }
+
+    /// What happens to running tasks whose TTL runs out (default: fail, 30 s grace).
+    pub fn expiry(mut self, policy: ExpiryPolicy) -> Self {
+        self.config.expiry = policy;
+        self
+    }
+
+    /// The time source (default: the system clock; tests use [`ManualClock`](crate::ManualClock)).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Validates the configuration and starts the owner thread.
+    pub fn build(self) -> Result<Store, StoreError> {
+        let cursor_key = TaskId::random().as_u128() as u64;
+        let machine = StoreMachine::new(self.config, cursor_key)?;
+        let actor = StoreActor::new(machine, TimeSource::new(self.clock));
+        let (inbox_tx, inbox_rx) = crossbeam_channel::unbounded();
+        let thread = std::thread::Builder::new()
+            .name("mcp-task-store".into())
+            .spawn(move || actor.run(inbox_rx))
+            .map_err(|e| StoreError::InvalidArgument(format!("cannot spawn owner thread: {e}")))?;
+        Ok(Store {
+            handle: StoreHandle { inbox: inbox_tx },
+            thread: Some(thread),
+        })
+    }
+}
+
+/// The task store: owns the owner thread and shuts it down (and joins it) when dropped.
+/// Callers blocked on the store at that moment get [`StoreError::Closed`].
+///
+/// Derefs to [`StoreHandle`]; clone a handle with [`handle`](Store::handle) to share it.
+pub struct Store {
+    // Field order matters: the handle's sender must be gone before the join in `drop`,
+    // which `Drop` below arranges by sending `Shutdown` first.
+    handle: StoreHandle,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// A builder with the default configuration and the system clock.
+    pub fn builder() -> StoreBuilder {
+        StoreBuilder::default()
+    }
+
+    /// Starts a store with `config` and the system clock.
+    pub fn start(config: StoreConfig) -> Result<Store, StoreError> {
+        Store::builder().config(config).build()
+    }
+
+    /// A new handle to this store.
+    pub fn handle(&self) -> StoreHandle {
+        self.handle.clone()
+    }
+
+    /// Stops the owner thread and waits for it. `Err(Closed)` if it had panicked.
+    pub fn shutdown(mut self) -> Result<(), StoreError> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> Result<(), StoreError> {
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        let _ = self.handle.inbox.send(Command::Shutdown);
+        thread.join().map_err(|_| StoreError::Closed)
+    }
+}
+
+impl Deref for Store {
+    type Target = StoreHandle;
+
+    fn deref(&self) -> &StoreHandle {
+        &self.handle
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if self.stop().is_err() {
+            log::error!("the task store's owner thread panicked");
+        }
+    }
+}
+
+/// A cheap, cloneable, blocking handle to a [`Store`]. Every method sends one command to the
+/// owner thread and waits for its answer; all return [`StoreError::Closed`] once the store
+/// is gone. Handles may be used from any number of threads.
+#[derive(Clone, Debug)]
+pub struct StoreHandle {
+    inbox: Sender<Command>,
+}
+
+impl StoreHandle {
+    fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, StoreError> {
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        self.inbox
+            .send(make(reply))
+            .map_err(|_| StoreError::Closed)?;
+        answer.recv().map_err(|_| StoreError::Closed)?
+    }
+
+    /// Creates a task (status `working`, fresh random id). It is visible to `get` before
+    /// this returns.
+    pub fn create(&self, req: CreateTask) -> Result<Task, StoreError> {
+        let id = TaskId::random();
+        self.call(|reply| Command::Create { id, req, reply })
+    }
+
+    /// The task, or `NotFound` for unknown, foreign-session or expired ids.
+    pub fn get(&self, id: TaskId, session: Option<&SessionId>) -> Result<Task, StoreError> {
+        let session = session.cloned();
+        self.call(|reply| Command::Get { id, session, reply })
+    }
+
+    /// The task with its session, origin, pending input requests and outcome.
+    pub fn get_detail(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+    ) -> Result<TaskDetail, StoreError> {
+        let session = session.cloned();
+        self.call(|reply| Command::GetDetail { id, session, reply })
+    }
+
+    /// Moves a live task to another status (see [`StoreMachine::update_status`]).
+    pub fn update_status(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        status: TaskStatus,
+        message: Option<String>,
+    ) -> Result<Task, StoreError> {
+        let session = session.cloned();
+        self.call(|reply| Command::UpdateStatus {
+            id,
+            session,
+            status,
+            message,
+            reply,
+        })
+    }
+
+    /// Ends a live task as `completed` or `failed` with its outcome; first writer wins.
+    pub fn store_result(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        status: TaskStatus,
+        outcome: Outcome,
+        message: Option<String>,
+    ) -> Result<Task, StoreError> {
+        let session = session.cloned();
+        self.call(|reply| Command::StoreResult {
+            id,
+            session,
+            status,
+            outcome,
+            message,
+            reply,
+        })
+    }
+
+    /// The stored outcome of a finished task.
+    pub fn get_result(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+    ) -> Result<TaskResult, StoreError> {
+        let session = session.cloned();
+        self.call(|reply| Command::GetResult { id, session, reply })
+    }
+
+    /// Blocks until the task is terminal and returns it; `Timeout` after `timeout` (measured
+    /// on the store's clock), `NotFound` if it disappears.
+    pub fn wait_terminal(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        timeout: Option<Duration>,
+    ) -> Result<Task, StoreError> {
+        let session = session.cloned();
+        self.call(|reply| Command::WaitTerminal {
+            id,
+            session,
+            timeout,
+            reply,
+        })
+    }
+
+    /// One page of the caller's tasks in creation order.
+    pub fn list(
+        &self,
+        session: Option<&SessionId>,
+        cursor: Option<&str>,
+    ) -> Result<TaskPage, StoreError> {
+        let session = session.cloned();
+        let cursor = cursor.map(str::to_owned);
+        self.call(|reply| Command::List {
+            session,
+            cursor,
+            reply,
+        })
+    }
+
+    /// Cancels a live task; a terminal one is reported unchanged.
+    pub fn cancel(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        message: Option<String>,
+    ) -> Result<CancelOutcome, StoreError> {
+        let session = session.cloned();
+        self.call(|reply| Command::Cancel {
+            id,
+            session,
+            message,
+            reply,
+        })
+    }
+
+    /// Adds input requests and moves the task to `input_required`.
+    pub fn set_input_requests(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        requests: InputRequests,
+    ) -> Result<Task, StoreError> {
+        let session = session.cloned();
+        self.call(|reply| Command::SetInputRequests {
+            id,
+            session,
+            requests,
+            reply,
+        })
+    }
+
+    /// Answers pending input requests; unknown keys are ignored.
+    pub fn resolve_input(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        responses: InputResponses,
+    ) -> Result<Task, StoreError> {
+        let session = session.cloned();
+        self.call(|reply| Command::ResolveInput {
+            id,
+            session,
+            responses,
+            reply,
+        })
+    }
+
+    /// Blocks until the input request `key` is answered and returns the answer.
+    pub fn wait_input(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        key: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Value, StoreError> {
+        let session = session.cloned();
+        let key = key.to_owned();
+        self.call(|reply| Command::WaitInput {
+            id,
+            session,
+            key,
+            timeout,
+            reply,
+        })
+    }
+
+    /// The token that tells the task's worker to stop.
+    pub fn cancel_token(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+    ) -> Result<CancelToken, StoreError> {
+        let session = session.cloned();
+        self.call(|reply| Command::CancelToken { id, session, reply })
+    }
+
+    /// A channel of status events. A subscriber that falls behind loses events (it then
+    /// receives [`StoreEvent::Lagged`]); it never slows the store down.
+    pub fn subscribe(&self) -> Result<Receiver<StoreEvent>, StoreError> {
+        self.call(|reply| Command::Subscribe { reply })
+    }
+
+    /// Number of live tasks.
+    pub fn len(&self) -> Result<usize, StoreError> {
+        self.call(|reply| Command::Len { reply })
+    }
+
+    /// True when the store holds no task.
+    pub fn is_empty(&self) -> Result<bool, StoreError> {
+        self.len().map(|n| n == 0)
+    }
+
+    /// A barrier: returns once every command sent before it is applied and everything due
+    /// by the clock's current time (expiries, wait deadlines) has happened. With a
+    /// [`ManualClock`](crate::ManualClock) this makes threaded tests deterministic.
+    pub fn sync(&self) -> Result<(), StoreError> {
+        self.call(|reply| Command::Sync { reply })
+    }
+}

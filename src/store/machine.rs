@@ -1,0 +1,911 @@
+//! The pure task-store state machine: no threads, no clock reads, no id generation.
+//!
+//! Every entry point takes `now` (and `create` takes the new id), so tests drive it
+//! deterministically. Outputs are queued and drained by the caller: [`poll_wake`] hands back
+//! parked waiters with what they waited for, [`poll_event`] the status events for
+//! subscribers, and [`poll_timeout`] the next moment the machine wants
+//! [`handle_timeout`] to be called.
+//!
+//! Expiry is exact: an operation that touches a task whose deadline has passed settles that
+//! task first, so nothing is ever visible past its TTL, while [`handle_timeout`] reclaims
+//! the tasks nobody touches in bounded batches from the timer wheel. Spurious or repeated
+//! `handle_timeout` calls are harmless.
+//!
+//! [`poll_wake`]: StoreMachine::poll_wake
+//! [`poll_event`]: StoreMachine::poll_event
+//! [`poll_timeout`]: StoreMachine::poll_timeout
+//! [`handle_timeout`]: StoreMachine::handle_timeout
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::clock::{Millis, Now};
+use super::config::{duration_ms, ExpiryPolicy, StoreConfig};
+use super::token::CancelToken;
+use super::wheel::Wheel;
+use crate::model::{
+    CancelOutcome, CreateTask, InputRequests, InputResponses, LimitScope, Outcome, SessionId,
+    StoreEvent, Task, TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus, Timestamp,
+};
+use crate::StoreError;
+
+/// Most input request keys one task may use over its life; bounds a hostile worker.
+const MAX_INPUT_KEYS_PER_TASK: usize = 10_000;
+
+/// A parked waiter handed back by [`StoreMachine::poll_wake`].
+#[derive(Debug)]
+pub struct Wake<W> {
+    /// The token the waiter was parked with.
+    pub token: W,
+    /// What it waited for.
+    pub outcome: WakeOutcome,
+}
+
+/// The answer to a wait.
+#[derive(Clone, PartialEq, Debug)]
+pub enum WakeOutcome {
+    /// Answer to [`StoreMachine::wait_terminal`]: the terminal task, or why there is none.
+    Terminal(Result<Task, StoreError>),
+    /// Answer to [`StoreMachine::wait_input`]: the response, or why there is none.
+    Input(Result<Value, StoreError>),
+}
+
+/// Items on the timer wheel. Stale items (the task re-armed, finished or gone) are ignored
+/// when they fire, which makes cancelling a timer free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timer {
+    Expire(TaskId),
+    WaitDeadline(TaskId, u64),
+}
+
+#[derive(Debug)]
+enum WaitKind {
+    Terminal,
+    Input(String),
+}
+
+#[derive(Debug)]
+struct Waiter<W> {
+    id: u64,
+    kind: WaitKind,
+    token: W,
+}
+
+/// Rarely used per-task state, boxed so a plain task stays small.
+#[derive(Debug)]
+struct Extra<W> {
+    pending: InputRequests,
+    answers: HashMap<String, Value>,
+    used_keys: HashSet<String>,
+    waiters: Vec<Waiter<W>>,
+    cancel: Option<CancelToken>,
+}
+
+impl<W> Default for Extra<W> {
+    fn default() -> Self {
+        Extra {
+            pending: InputRequests::new(),
+            answers: HashMap::new(),
+            used_keys: HashSet::new(),
+            waiters: Vec::new(),
+            cancel: None,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry<W> {
+    seq: u64,
+    status: TaskStatus,
+    /// Set when the task failed because its TTL ran out (its worker must stop).
+    expired: bool,
+    status_message: Option<String>,
+    created_at: Timestamp,
+    last_updated_at: Timestamp,
+    ttl: Option<u64>,
+    expires_at: Option<Millis>,
+    session: Option<SessionId>,
+    origin: Option<Arc<Value>>,
+    outcome: Option<Outcome>,
+    extra: Option<Box<Extra<W>>>,
+}
+
+impl<W> Entry<W> {
+    fn is_due(&self, now: Now) -> bool {
+        self.expires_at.is_some_and(|at| at <= now.mono)
+    }
+
+    fn pending_inputs(&self) -> usize {
+        self.extra.as_ref().map_or(0, |x| x.pending.len())
+    }
+
+    fn stop_signalled(&self) -> bool {
+        self.status == TaskStatus::Cancelled || self.expired
+    }
+}
+
+/// The task store as a pure state machine; `W` is whatever the caller parks waiters with
+/// (the actor uses reply channels, tests use numbers).
+#[derive(Debug)]
+pub struct StoreMachine<W> {
+    config: StoreConfig,
+    poll_interval_ms: u64,
+    tasks: BTreeMap<TaskId, Entry<W>>,
+    /// Creation-order index per session (`None` = sessionless): seq -> id. Paging walks it.
+    sessions: HashMap<Option<SessionId>, BTreeMap<u64, TaskId>>,
+    /// Tasks failed by expiry that linger for the grace period, per session; they no longer
+    /// count toward the limits.
+    lingering: HashMap<Option<SessionId>, usize>,
+    next_seq: u64,
+    next_waiter: u64,
+    wheel: Wheel<Timer>,
+    wakes: VecDeque<Wake<W>>,
+    events: VecDeque<StoreEvent>,
+    events_enabled: bool,
+    cursor_key: u64,
+}
+
+impl<W> StoreMachine<W> {
+    /// A machine with a validated configuration. `cursor_key` is a secret that binds list
+    /// cursors to the session they were issued for; pass a random value in production.
+    pub fn new(config: StoreConfig, cursor_key: u64) -> Result<StoreMachine<W>, StoreError> {
+        config.validate()?;
+        Ok(StoreMachine {
+            poll_interval_ms: duration_ms(config.poll_interval),
+            config,
+            tasks: BTreeMap::new(),
+            sessions: HashMap::new(),
+            lingering: HashMap::new(),
+            next_seq: 1,
+            next_waiter: 1,
+            wheel: Wheel::new(),
+            wakes: VecDeque::new(),
+            events: VecDeque::new(),
+            events_enabled: false,
+            cursor_key,
+        })
+    }
+
+    /// The configuration the machine runs with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// Number of live tasks (including ones whose deadline passed but that nothing has
+    /// touched or reclaimed yet).
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// True when the store holds no task.
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// Turns status events on or off (off by default, so a store nobody subscribes to
+    /// builds no event values).
+    pub fn set_events_enabled(&mut self, enabled: bool) {
+        self.events_enabled = enabled;
+        if !enabled {
+            self.events.clear();
+        }
+    }
+
+    // ----- creation and reads -------------------------------------------------------
+
+    /// Creates a task in `working` with the given id. Fails on a limit, or if the id is
+    /// taken (the caller then retries with a fresh id).
+    pub fn create(&mut self, now: Now, id: TaskId, req: CreateTask) -> Result<Task, StoreError> {
+        if self.tasks.contains_key(&id) {
+            return Err(StoreError::InvalidArgument("duplicate task id".into()));
+        }
+        self.check_limits(now, req.session.as_ref())?;
+        let ttl = self.config.resolve_ttl(req.ttl);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let expires_at = ttl.map(|ms| now.mono.plus(ms));
+        if let Some(at) = expires_at {
+            self.wheel.insert(at.0, Timer::Expire(id));
+        }
+        self.sessions
+            .entry(req.session.clone())
+            .or_default()
+            .insert(seq, id);
+        let entry = Entry {
+            seq,
+            status: TaskStatus::Working,
+            expired: false,
+            status_message: None,
+            created_at: now.wall,
+            last_updated_at: now.wall,
+            ttl,
+            expires_at,
+            session: req.session,
+            origin: req.origin,
+            outcome: None,
+            extra: None,
+        };
+        let task = self.snapshot(id, &entry);
+        self.tasks.insert(id, entry);
+        self.emit_status(&task, id);
+        Ok(task)
+    }
+
+    /// The task, if the caller's session may see it.
+    pub fn get(
+        &mut self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+    ) -> Result<Task, StoreError> {
+        self.settle(id, now);
+        let entry = self.visible(id, session)?;
+        Ok(self.snapshot(id, entry))
+    }
+
+    /// The task with its session, origin, pending input requests and outcome.
+    pub fn get_detail(
+        &mut self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+    ) -> Result<TaskDetail, StoreError> {
+        self.settle(id, now);
+        let entry = self.visible(id, session)?;
+        Ok(TaskDetail {
+            task: self.snapshot(id, entry),
+            session: entry.session.clone(),
+            origin: entry.origin.clone(),
+            input_requests: entry
+                .extra
+                .as_ref()
+                .map(|x| x.pending.clone())
+                .unwrap_or_default(),
+            outcome: entry.outcome.clone(),
+        })
+    }
+
+    /// The stored outcome of a `completed` or `failed` task.
+    pub fn get_result(
+        &mut self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+    ) -> Result<TaskResult, StoreError> {
+        self.settle(id, now);
+        let entry = self.visible(id, session)?;
+        match &entry.outcome {
+            Some(outcome) => Ok(TaskResult {
+                task: self.snapshot(id, entry),
+                outcome: outcome.clone(),
+            }),
+            None => Err(StoreError::NoResult {
+                status: entry.status,
+            }),
+        }
+    }
+
+    /// One page of the caller's tasks in creation order, after `cursor` (an opaque value
+    /// from a previous page). Costs O(log n + page size).
+    pub fn list(
+        &mut self,
+        now: Now,
+        session: Option<&SessionId>,
+        cursor: Option<&str>,
+    ) -> Result<TaskPage, StoreError> {
+        let after = match cursor {
+            Some(text) => self.decode_cursor(text, session)?,
+            None => 0,
+        };
+        let key = session.cloned();
+        let page_size = self.config.page_size;
+        loop {
+            let Some(index) = self.sessions.get(&key) else {
+                return Ok(TaskPage::default());
+            };
+            let window: Vec<(u64, TaskId)> = index
+                .range(after.saturating_add(1)..)
+                .take(page_size + 1)
+                .map(|(&seq, &id)| (seq, id))
+                .collect();
+            let due: Vec<TaskId> = window
+                .iter()
+                .filter(|(_, id)| self.tasks.get(id).is_some_and(|e| e.is_due(now)))
+                .map(|&(_, id)| id)
+                .collect();
+            if !due.is_empty() {
+                // Settled tasks are either gone or no longer due, so this loop ends.
+                for id in due {
+                    self.settle(id, now);
+                }
+                continue;
+            }
+            let more = window.len() > page_size;
+            let on_page = &window[..window.len().min(page_size)];
+            let tasks = on_page
+                .iter()
+                .map(|&(_, id)| self.snapshot(id, &self.tasks[&id]))
+                .collect();
+            let next_cursor = match (more, on_page.last()) {
+                (true, Some(&(seq, _))) => Some(self.encode_cursor(seq, session)),
+                _ => None,
+            };
+            return Ok(TaskPage { tasks, next_cursor });
+        }
+    }
+
+    // ----- mutations ----------------------------------------------------------------
+
+    /// Moves a live task to `status` with `message` as its status message (`None` clears
+    /// it). A terminal `status` ends the task without an outcome. Moving to `working` while
+    /// input requests are pending is refused: resolve them instead.
+    pub fn update_status(
+        &mut self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+        status: TaskStatus,
+        message: Option<String>,
+    ) -> Result<Task, StoreError> {
+        self.settle(id, now);
+        let entry = self.visible(id, session)?;
+        if !entry.status.can_transition_to(status) {
+            return Err(StoreError::InvalidTransition {
+                from: entry.status,
+                to: status,
+            });
+        }
+        if status == TaskStatus::Working && entry.pending_inputs() > 0 {
+            return Err(StoreError::InvalidArgument(
+                "the task has pending input requests; resolve them to resume it".into(),
+            ));
+        }
+        if status.is_terminal() {
+            return Ok(self.finish(now, id, status, message, None));
+        }
+        let entry = self.tasks.get_mut(&id).expect("visible task exists");
+        entry.status = status;
+        entry.status_message = message;
+        entry.last_updated_at = now.wall;
+        Ok(self.changed(id))
+    }
+
+    /// Ends a live task as `completed` or `failed` with its outcome. On a task that is
+    /// already terminal nothing changes and `AlreadyTerminal` carries the task: first
+    /// writer wins, so a late completion never overwrites a cancel.
+    pub fn store_result(
+        &mut self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+        status: TaskStatus,
+        outcome: Outcome,
+        message: Option<String>,
+    ) -> Result<Task, StoreError> {
+        if !matches!(status, TaskStatus::Completed | TaskStatus::Failed) {
+            return Err(StoreError::InvalidArgument(format!(
+                "a result can only be stored with status 'completed' or 'failed', not '{status}'"
+            )));
+        }
+        self.settle(id, now);
+        let entry = self.visible(id, session)?;
+        if entry.status.is_terminal() {
+            return Err(StoreError::AlreadyTerminal(Box::new(
+                self.snapshot(id, entry),
+            )));
+        }
+        Ok(self.finish(now, id, status, message, Some(outcome)))
+    }
+
+    /// Cancels a live task before returning and fires its cancellation token. A terminal
+    /// task is left alone and reported with `cancelled: false` (idempotent).
+    pub fn cancel(
+        &mut self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+        message: Option<String>,
+    ) -> Result<CancelOutcome, StoreError> {
+        self.settle(id, now);
+        let entry = self.visible(id, session)?;
+        if entry.status.is_terminal() {
+            return Ok(CancelOutcome {
+                task: self.snapshot(id, entry),
+                cancelled: false,
+            });
+        }
+        let task = self.finish(now, id, TaskStatus::Cancelled, message, None);
+        Ok(CancelOutcome {
+            task,
+            cancelled: true,
+        })
+    }
+
+    /// Adds input requests to a live task and moves it to `input_required`. Keys merge with
+    /// those already pending; a key used before on this task is refused (nothing applied).
+    /// A terminal task is never revived: `AlreadyTerminal`.
+    pub fn set_input_requests(
+        &mut self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+        requests: InputRequests,
+    ) -> Result<Task, StoreError> {
+        if requests.is_empty() {
+            return Err(StoreError::InvalidArgument(
+                "at least one input request is needed".into(),
+            ));
+        }
+        self.settle(id, now);
+        let entry = self.visible(id, session)?;
+        if entry.status.is_terminal() {
+            return Err(StoreError::AlreadyTerminal(Box::new(
+                self.snapshot(id, entry),
+            )));
+        }
+        let entry = self.tasks.get_mut(&id).expect("visible task exists");
+        let extra = entry.extra.get_or_insert_with(Default::default);
+        if let Some(key) = requests.keys().find(|k| extra.used_keys.contains(*k)) {
+            return Err(StoreError::InputKeyReused { key: key.clone() });
+        }
+        if extra.used_keys.len() + requests.len() > MAX_INPUT_KEYS_PER_TASK {
+            return Err(StoreError::InvalidArgument(format!(
+                "a task may use at most {MAX_INPUT_KEYS_PER_TASK} input request keys"
+            )));
+        }
+        for (key, request) in requests {
+            extra.used_keys.insert(key.clone());
+            extra.pending.insert(key, request);
+        }
+        entry.status = TaskStatus::InputRequired;
+        entry.last_updated_at = now.wall;
+        Ok(self.changed(id))
+    }
+
+    /// Answers pending input requests. Keys that are not pending (never issued, or answered
+    /// already) are ignored; each answered key wakes the worker waiting on it; when none is
+    /// left pending the task goes back to `working`. A terminal task is never revived.
+    pub fn resolve_input(
+        &mut self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+        responses: InputResponses,
+    ) -> Result<Task, StoreError> {
+        self.settle(id, now);
+        let entry = self.visible(id, session)?;
+        if entry.status.is_terminal() {
+            return Err(StoreError::AlreadyTerminal(Box::new(
+                self.snapshot(id, entry),
+            )));
+        }
+        let entry = self.tasks.get_mut(&id).expect("visible task exists");
+        let Some(extra) = entry.extra.as_mut() else {
+            return Ok(self.snapshot(id, &self.tasks[&id]));
+        };
+        let mut resolved = false;
+        for (key, response) in responses {
+            if extra.pending.remove(&key).is_none() {
+                continue;
+            }
+            resolved = true;
+            let waiter = extra
+                .waiters
+                .iter()
+                .position(|w| matches!(&w.kind, WaitKind::Input(k) if *k == key));
+            match waiter {
+                Some(pos) => {
+                    let waiter = extra.waiters.swap_remove(pos);
+                    self.wakes.push_back(Wake {
+                        token: waiter.token,
+                        outcome: WakeOutcome::Input(Ok(response)),
+                    });
+                }
+                None => {
+                    extra.answers.insert(key, response);
+                }
+            }
+        }
+        if !resolved {
+            return Ok(self.snapshot(id, &self.tasks[&id]));
+        }
+        if extra.pending.is_empty() && entry.status == TaskStatus::InputRequired {
+            entry.status = TaskStatus::Working;
+        }
+        entry.last_updated_at = now.wall;
+        Ok(self.changed(id))
+    }
+
+    /// The token that tells the task's worker to stop (already fired if the task was
+    /// cancelled or expired).
+    pub fn cancel_token(
+        &mut self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+    ) -> Result<CancelToken, StoreError> {
+        self.settle(id, now);
+        self.visible(id, session)?;
+        let entry = self.tasks.get_mut(&id).expect("visible task exists");
+        let fired = entry.stop_signalled();
+        let extra = entry.extra.get_or_insert_with(Default::default);
+        let token = extra.cancel.get_or_insert_with(CancelToken::new).clone();
+        if fired {
+            token.cancel();
+        }
+        Ok(token)
+    }
+
+    // ----- waiting ------------------------------------------------------------------
+
+    /// Parks `token` until the task is terminal (answered with the task), it disappears
+    /// (`NotFound`) or `deadline` passes (`Timeout`). The answer comes out of
+    /// [`poll_wake`](Self::poll_wake), immediately if it is already known.
+    pub fn wait_terminal(
+        &mut self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+        deadline: Option<Millis>,
+        token: W,
+    ) {
+        self.settle(id, now);
+        let ready = match self.visible(id, session) {
+            Err(e) => Some(Err(e)),
+            Ok(entry) if entry.status.is_terminal() => Some(Ok(self.snapshot(id, entry))),
+            Ok(_) if deadline.is_some_and(|d| d <= now.mono) => Some(Err(StoreError::Timeout)),
+            Ok(_) => None,
+        };
+        match ready {
+            Some(result) => self.wakes.push_back(Wake {
+                token,
+                outcome: WakeOutcome::Terminal(result),
+            }),
+            None => self.park(id, WaitKind::Terminal, deadline, token),
+        }
+    }
+
+    /// Parks `token` until the input request `key` is answered (answered with the response),
+    /// the task ends (`AlreadyTerminal`), disappears (`NotFound`) or `deadline` passes. An
+    /// answer that arrived before the wait is handed over at once, so no wake-up is lost.
+    pub fn wait_input(
+        &mut self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+        key: &str,
+        deadline: Option<Millis>,
+        token: W,
+    ) {
+        self.settle(id, now);
+        let ready = match self.visible(id, session) {
+            Err(e) => Some(Err(e)),
+            Ok(_) => {
+                let entry = self.tasks.get_mut(&id).expect("visible task exists");
+                let answer = entry.extra.as_mut().and_then(|x| x.answers.remove(key));
+                let pending = entry
+                    .extra
+                    .as_ref()
+                    .is_some_and(|x| x.pending.contains_key(key));
+                match answer {
+                    Some(value) => Some(Ok(value)),
+                    None if entry.status.is_terminal() => Some(Err(StoreError::AlreadyTerminal(
+                        Box::new(self.snapshot(id, &self.tasks[&id])),
+                    ))),
+                    None if !pending => Some(Err(StoreError::UnknownInputKey { key: key.into() })),
+                    None if deadline.is_some_and(|d| d <= now.mono) => {
+                        Some(Err(StoreError::Timeout))
+                    }
+                    None => None,
+                }
+            }
+        };
+        match ready {
+            Some(result) => self.wakes.push_back(Wake {
+                token,
+                outcome: WakeOutcome::Input(result),
+            }),
+            None => self.park(id, WaitKind::Input(key.into()), deadline, token),
+        }
+    }
+
+    // ----- time and outputs ---------------------------------------------------------
+
+    /// Reclaims expired tasks and times out waits, at most `budget` timers per call so a
+    /// mass expiry never stalls other work. Returns true if more are already due.
+    pub fn handle_timeout(&mut self, now: Now, budget: usize) -> bool {
+        for _ in 0..budget {
+            match self.wheel.poll(now.mono.0) {
+                Some((_, Timer::Expire(id))) => self.settle(id, now),
+                Some((_, Timer::WaitDeadline(id, waiter))) => self.time_out_waiter(id, waiter),
+                None => return false,
+            }
+        }
+        self.poll_timeout().is_some_and(|at| at <= now.mono)
+    }
+
+    /// The next moment [`handle_timeout`](Self::handle_timeout) has work (never later than
+    /// the earliest deadline; sometimes earlier, which costs one spurious wake-up).
+    pub fn poll_timeout(&self) -> Option<Millis> {
+        self.wheel.next_expiration().map(Millis)
+    }
+
+    /// The next parked waiter that has its answer.
+    pub fn poll_wake(&mut self) -> Option<Wake<W>> {
+        self.wakes.pop_front()
+    }
+
+    /// The next status event (only produced while events are enabled).
+    pub fn poll_event(&mut self) -> Option<StoreEvent> {
+        self.events.pop_front()
+    }
+
+    // ----- internals ----------------------------------------------------------------
+
+    fn visible(&self, id: TaskId, session: Option<&SessionId>) -> Result<&Entry<W>, StoreError> {
+        match self.tasks.get(&id) {
+            Some(entry) if entry.session.as_ref() == session => Ok(entry),
+            _ => Err(StoreError::NotFound),
+        }
+    }
+
+    fn snapshot(&self, id: TaskId, entry: &Entry<W>) -> Task {
+        Task {
+            task_id: id,
+            status: entry.status,
+            status_message: entry.status_message.clone(),
+            created_at: entry.created_at,
+            last_updated_at: entry.last_updated_at,
+            ttl: entry.ttl,
+            poll_interval: Some(self.poll_interval_ms),
+        }
+    }
+
+    /// Snapshot after a change, announcing it to subscribers.
+    fn changed(&mut self, id: TaskId) -> Task {
+        let task = self.snapshot(id, &self.tasks[&id]);
+        self.emit_status(&task, id);
+        task
+    }
+
+    fn emit_status(&mut self, task: &Task, id: TaskId) {
+        if self.events_enabled {
+            let session = self.tasks.get(&id).and_then(|e| e.session.clone());
+            self.events.push_back(StoreEvent::Status {
+                task: task.clone(),
+                session,
+            });
+        }
+    }
+
+    fn check_limits(&mut self, now: Now, session: Option<&SessionId>) -> Result<(), StoreError> {
+        let key = session.cloned();
+        let session_count = |m: &Self| {
+            let all = m.sessions.get(&key).map_or(0, |index| index.len());
+            all - m.lingering.get(&key).copied().unwrap_or(0)
+        };
+        let global_count = |m: &Self| m.tasks.len() - m.lingering.values().sum::<usize>();
+        let global_full = |m: &Self| m.config.max_tasks.is_some_and(|max| global_count(m) >= max);
+        let session_full = |m: &Self| {
+            session.is_some()
+                && m.config
+                    .max_tasks_per_session
+                    .is_some_and(|max| session_count(m) >= max)
+        };
+        if global_full(self) || session_full(self) {
+            // Expired tasks never count: reclaim everything due before judging.
+            while self.handle_timeout(now, usize::MAX) {}
+        }
+        if let Some(limit) = self.config.max_tasks.filter(|_| global_full(self)) {
+            return Err(StoreError::LimitExceeded {
+                scope: LimitScope::Global,
+                limit,
+            });
+        }
+        if let Some(limit) = self
+            .config
+            .max_tasks_per_session
+            .filter(|_| session_full(self))
+        {
+            return Err(StoreError::LimitExceeded {
+                scope: LimitScope::Session,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// Applies the expiry policy to `id` if its deadline has passed, as often as needed
+    /// (a task failed by expiry can be past its grace too).
+    fn settle(&mut self, id: TaskId, now: Now) {
+        while let Some(entry) = self.tasks.get(&id) {
+            if !entry.is_due(now) {
+                return;
+            }
+            let at = entry.expires_at.expect("a due task has a deadline");
+            match self.config.expiry {
+                ExpiryPolicy::Fail { grace } if !entry.status.is_terminal() => {
+                    let ttl = entry.ttl.unwrap_or_default();
+                    let message =
+                        format!("task expired: its TTL of {ttl} ms ran out before it finished");
+                    let entry = self.tasks.get_mut(&id).expect("checked above");
+                    entry.expired = true;
+                    *self.lingering.entry(entry.session.clone()).or_default() += 1;
+                    self.finish(now, id, TaskStatus::Failed, Some(message), None);
+                    let next = at.plus(duration_ms(grace));
+                    self.tasks.get_mut(&id).expect("checked above").expires_at = Some(next);
+                    self.wheel.insert(next.0, Timer::Expire(id));
+                }
+                _ => self.remove(id),
+            }
+        }
+    }
+
+    /// Moves a live task to a terminal status and wakes everyone waiting on it.
+    fn finish(
+        &mut self,
+        now: Now,
+        id: TaskId,
+        status: TaskStatus,
+        message: Option<String>,
+        outcome: Option<Outcome>,
+    ) -> Task {
+        let entry = self.tasks.get_mut(&id).expect("finish on a live task");
+        debug_assert!(!entry.status.is_terminal());
+        entry.status = status;
+        entry.status_message = message;
+        entry.outcome = outcome;
+        entry.last_updated_at = now.wall;
+        let stop = entry.stop_signalled();
+        let extra = entry.extra.take();
+        let task = self.snapshot(id, &self.tasks[&id]);
+        if let Some(mut extra) = extra {
+            extra.pending.clear();
+            extra.answers.clear();
+            if stop {
+                if let Some(token) = &extra.cancel {
+                    token.cancel();
+                }
+            }
+            for waiter in extra.waiters.drain(..) {
+                let outcome = match waiter.kind {
+                    WaitKind::Terminal => WakeOutcome::Terminal(Ok(task.clone())),
+                    WaitKind::Input(_) => {
+                        WakeOutcome::Input(Err(StoreError::AlreadyTerminal(Box::new(task.clone()))))
+                    }
+                };
+                self.wakes.push_back(Wake {
+                    token: waiter.token,
+                    outcome,
+                });
+            }
+            // Keep the used keys and the token: keys stay unique for the task's whole life.
+            self.tasks.get_mut(&id).expect("still there").extra = Some(extra);
+        }
+        self.emit_status(&task, id);
+        task
+    }
+
+    fn remove(&mut self, id: TaskId) {
+        let Some(entry) = self.tasks.remove(&id) else {
+            return;
+        };
+        if entry.expired {
+            if let Some(count) = self.lingering.get_mut(&entry.session) {
+                *count -= 1;
+                if *count == 0 {
+                    self.lingering.remove(&entry.session);
+                }
+            }
+        }
+        if let Some(index) = self.sessions.get_mut(&entry.session) {
+            index.remove(&entry.seq);
+            if index.is_empty() {
+                self.sessions.remove(&entry.session);
+            }
+        }
+        if let Some(extra) = entry.extra {
+            if let Some(token) = &extra.cancel {
+                token.cancel();
+            }
+            for waiter in extra.waiters {
+                let outcome = match waiter.kind {
+                    WaitKind::Terminal => WakeOutcome::Terminal(Err(StoreError::NotFound)),
+                    WaitKind::Input(_) => WakeOutcome::Input(Err(StoreError::NotFound)),
+                };
+                self.wakes.push_back(Wake {
+                    token: waiter.token,
+                    outcome,
+                });
+            }
+        }
+        if self.events_enabled {
+            self.events.push_back(StoreEvent::Expired {
+                task_id: id,
+                session: entry.session,
+            });
+        }
+    }
+
+    fn park(&mut self, id: TaskId, kind: WaitKind, deadline: Option<Millis>, token: W) {
+        let limit = self.config.max_waiters_per_task;
+        let entry = self.tasks.get_mut(&id).expect("parking on a live task");
+        let extra = entry.extra.get_or_insert_with(Default::default);
+        if extra.waiters.len() >= limit {
+            let error = StoreError::LimitExceeded {
+                scope: LimitScope::Waiters,
+                limit,
+            };
+            let outcome = match kind {
+                WaitKind::Terminal => WakeOutcome::Terminal(Err(error)),
+                WaitKind::Input(_) => WakeOutcome::Input(Err(error)),
+            };
+            self.wakes.push_back(Wake { token, outcome });
+            return;
+        }
+        let waiter_id = self.next_waiter;
+        self.next_waiter += 1;
+        extra.waiters.push(Waiter {
+            id: waiter_id,
+            kind,
+            token,
+        });
+        if let Some(at) = deadline {
+            self.wheel.insert(at.0, Timer::WaitDeadline(id, waiter_id));
+        }
+    }
+
+    fn time_out_waiter(&mut self, id: TaskId, waiter_id: u64) {
+        let Some(extra) = self.tasks.get_mut(&id).and_then(|e| e.extra.as_mut()) else {
+            return;
+        };
+        let Some(pos) = extra.waiters.iter().position(|w| w.id == waiter_id) else {
+            return;
+        };
+        let waiter = extra.waiters.swap_remove(pos);
+        let outcome = match waiter.kind {
+            WaitKind::Terminal => WakeOutcome::Terminal(Err(StoreError::Timeout)),
+            WaitKind::Input(_) => WakeOutcome::Input(Err(StoreError::Timeout)),
+        };
+        self.wakes.push_back(Wake {
+            token: waiter.token,
+            outcome,
+        });
+    }
+
+    /// A tag that binds a cursor position to the session it was issued for, keyed with a
+    /// store secret so cursors cannot be forged for another session.
+    fn cursor_tag(&self, seq: u64, session: Option<&SessionId>) -> u64 {
+        let mut hasher = DefaultHasher::new();
+        self.cursor_key.hash(&mut hasher);
+        seq.hash(&mut hasher);
+        session.map(SessionId::as_str).hash(&mut hasher);
+        hasher.finish()
+    }
+
+    fn encode_cursor(&self, seq: u64, session: Option<&SessionId>) -> String {
+        format!("{seq:016x}{:016x}", self.cursor_tag(seq, session))
+    }
+
+    fn decode_cursor(&self, text: &str, session: Option<&SessionId>) -> Result<u64, StoreError> {
+        let parse = |hex: Option<&str>| hex.and_then(|h| u64::from_str_radix(h, 16).ok());
+        if text.len() != 32 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(StoreError::InvalidCursor);
+        }
+        let (seq, tag) = match (parse(text.get(..16)), parse(text.get(16..))) {
+            (Some(seq), Some(tag)) => (seq, tag),
+            _ => return Err(StoreError::InvalidCursor),
+        };
+        if tag != self.cursor_tag(seq, session) {
+            return Err(StoreError::InvalidCursor);
+        }
+        Ok(seq)
+    }
+}
+
+#[cfg(test)]
+mod tests;

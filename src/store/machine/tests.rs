@@ -1,0 +1,1575 @@
+//! Unit tests of the pure machine, driven with explicit `now`; no threads, no sleeps.
+//! Test names follow the behaviours the official SDKs' store tests check (ANCHORS.md §2).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{StoreMachine, WakeOutcome};
+use crate::model::{CreateTask, LimitScope, Outcome, SessionId, StoreEvent, TaskId, TaskStatus};
+use crate::store::clock::{Millis, Now};
+use crate::store::config::{ExpiryPolicy, StoreConfig};
+use crate::StoreError;
+
+type M = StoreMachine<u32>;
+
+fn config() -> StoreConfig {
+    StoreConfig::default()
+}
+
+fn machine(config: StoreConfig) -> M {
+    StoreMachine::new(config, 0x5eed).expect("valid config")
+}
+
+fn id(n: u128) -> TaskId {
+    TaskId::from_u128(n)
+}
+
+fn at(ms: u64) -> Now {
+    Now::at(ms)
+}
+
+fn session(name: &str) -> SessionId {
+    SessionId::from(name)
+}
+
+fn secs(s: u64) -> Option<Duration> {
+    Some(Duration::from_secs(s))
+}
+
+fn create(m: &mut M, now: u64, n: u128) -> TaskId {
+    m.create(at(now), id(n), CreateTask::new()).expect("create");
+    id(n)
+}
+
+fn create_in(m: &mut M, now: u64, n: u128, s: &str) -> TaskId {
+    m.create(at(now), id(n), CreateTask::new().session(s))
+        .expect("create");
+    id(n)
+}
+
+fn wakes(m: &mut M) -> Vec<(u32, WakeOutcome)> {
+    std::iter::from_fn(|| m.poll_wake().map(|w| (w.token, w.outcome))).collect()
+}
+
+fn result(value: Value) -> Outcome {
+    Outcome::result(value)
+}
+
+fn requests(keys: &[&str]) -> BTreeMap<String, Value> {
+    keys.iter()
+        .map(|k| {
+            (
+                k.to_string(),
+                json!({"method": "elicitation/create", "params": {"message": k}}),
+            )
+        })
+        .collect()
+}
+
+fn responses(pairs: &[(&str, Value)]) -> BTreeMap<String, Value> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+fn walk(m: &mut M, now: u64, s: Option<&SessionId>) -> Vec<Vec<TaskId>> {
+    let mut pages = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = m.list(at(now), s, cursor.as_deref()).expect("list");
+        pages.push(page.tasks.iter().map(|t| t.task_id).collect());
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return pages,
+        }
+    }
+}
+
+// ----- creation, ids, defaults ---------------------------------------------------------
+
+#[test]
+fn new_task_is_working_with_both_timestamps_set() {
+    let mut m = machine(config());
+    let task = m.create(at(5), id(1), CreateTask::new()).unwrap();
+    assert_eq!(task.task_id, id(1));
+    assert_eq!(task.status, TaskStatus::Working);
+    assert_eq!(task.created_at, at(5).wall);
+    assert_eq!(task.last_updated_at, at(5).wall);
+    assert_eq!(task.status_message, None);
+    assert_eq!(m.get(at(5), id(1), None).unwrap(), task);
+}
+
+#[test]
+fn duplicate_task_id_is_rejected() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    let err = m.create(at(0), id(1), CreateTask::new()).unwrap_err();
+    assert!(matches!(err, StoreError::InvalidArgument(_)), "{err:?}");
+    assert_eq!(m.len(), 1);
+}
+
+#[test]
+fn configured_poll_interval_is_copied_onto_new_tasks() {
+    let mut m = machine(StoreConfig {
+        poll_interval: Duration::from_millis(2500),
+        ..config()
+    });
+    let task = m.create(at(0), id(1), CreateTask::new()).unwrap();
+    assert_eq!(task.poll_interval, Some(2500));
+}
+
+#[test]
+fn config_rejects_default_ttl_above_max_ttl_naming_default_ttl() {
+    let bad = StoreConfig {
+        default_ttl: secs(120),
+        max_ttl: secs(60),
+        ..config()
+    };
+    match StoreMachine::<u32>::new(bad, 0).unwrap_err() {
+        StoreError::InvalidConfig { field, .. } => assert_eq!(field, "default_ttl"),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn config_rejects_zero_values_naming_the_field() {
+    let cases: Vec<(StoreConfig, &str)> = vec![
+        (
+            StoreConfig {
+                poll_interval: Duration::ZERO,
+                ..config()
+            },
+            "poll_interval",
+        ),
+        (
+            StoreConfig {
+                default_ttl: Some(Duration::ZERO),
+                ..config()
+            },
+            "default_ttl",
+        ),
+        (
+            StoreConfig {
+                max_ttl: Some(Duration::ZERO),
+                ..config()
+            },
+            "max_ttl",
+        ),
+        (
+            StoreConfig {
+                page_size: 0,
+                ..config()
+            },
+            "page_size",
+        ),
+        (
+            StoreConfig {
+                max_tasks: Some(0),
+                ..config()
+            },
+            "max_tasks",
+        ),
+        (
+            StoreConfig {
+                max_tasks_per_session: Some(0),
+                ..config()
+            },
+            "max_tasks_per_session",
+        ),
+        (
+            StoreConfig {
+                max_waiters_per_task: 0,
+                ..config()
+            },
+            "max_waiters_per_task",
+        ),
+        (
+            StoreConfig {
+                event_buffer: 0,
+                ..config()
+            },
+            "event_buffer",
+        ),
+        (
+            StoreConfig {
+                max_ttl: Some(Duration::from_secs(u64::MAX)),
+                ..config()
+            },
+            "max_ttl",
+        ),
+    ];
+    for (bad, expected) in cases {
+        match bad.validate() {
+            Err(StoreError::InvalidConfig { field, .. }) => assert_eq!(field, expected),
+            other => panic!("{expected}: unexpected {other:?}"),
+        }
+    }
+    assert_eq!(config().validate(), Ok(()));
+}
+
+// ----- TTL and expiry -------------------------------------------------------------------
+
+#[test]
+fn requested_ttl_is_echoed_back() {
+    let mut m = machine(config());
+    let task = m
+        .create(at(0), id(1), CreateTask::new().ttl(60_000))
+        .unwrap();
+    assert_eq!(task.ttl, Some(60_000));
+}
+
+#[test]
+fn ttl_is_capped_at_max_ttl() {
+    let mut m = machine(StoreConfig {
+        max_ttl: secs(60),
+        ..config()
+    });
+    let task = m
+        .create(at(0), id(1), CreateTask::new().ttl(3_600_000))
+        .unwrap();
+    assert_eq!(task.ttl, Some(60_000));
+}
+
+#[test]
+fn default_ttl_applies_when_none_is_requested() {
+    let mut m = machine(StoreConfig {
+        default_ttl: secs(30),
+        ..config()
+    });
+    assert_eq!(
+        m.create(at(0), id(1), CreateTask::new()).unwrap().ttl,
+        Some(30_000)
+    );
+}
+
+#[test]
+fn max_ttl_caps_tasks_that_requested_none() {
+    let mut m = machine(StoreConfig {
+        max_ttl: secs(60),
+        ..config()
+    });
+    assert_eq!(
+        m.create(at(0), id(1), CreateTask::new()).unwrap().ttl,
+        Some(60_000)
+    );
+}
+
+#[test]
+fn zero_ttl_request_takes_the_default() {
+    let mut m = machine(StoreConfig {
+        default_ttl: secs(30),
+        ..config()
+    });
+    assert_eq!(
+        m.create(at(0), id(1), CreateTask::new().ttl(0))
+            .unwrap()
+            .ttl,
+        Some(30_000)
+    );
+}
+
+#[test]
+fn null_ttl_means_unlimited_lifetime() {
+    let mut m = machine(config());
+    let task = m.create(at(0), id(1), CreateTask::new()).unwrap();
+    assert_eq!(task.ttl, None);
+    let far = 100 * 365 * 24 * 3_600_000;
+    assert!(!m.handle_timeout(at(far), usize::MAX));
+    assert_eq!(
+        m.get(at(far), id(1), None).unwrap().status,
+        TaskStatus::Working
+    );
+    assert_eq!(m.poll_timeout(), None, "an unlimited task arms no timer");
+}
+
+#[test]
+fn task_expires_exactly_at_its_deadline_and_never_before() {
+    let mut m = machine(config());
+    m.create(at(100), id(1), CreateTask::new().ttl(1_000))
+        .unwrap();
+    m.store_result(
+        at(200),
+        id(1),
+        None,
+        TaskStatus::Completed,
+        result(json!({})),
+        None,
+    )
+    .unwrap();
+    assert!(
+        m.get(at(1_099), id(1), None).is_ok(),
+        "one ms before the deadline"
+    );
+    assert_eq!(m.get(at(1_100), id(1), None), Err(StoreError::NotFound));
+}
+
+#[test]
+fn ttl_counts_from_creation_not_from_completion() {
+    let mut m = machine(config());
+    m.create(at(0), id(1), CreateTask::new().ttl(1_000))
+        .unwrap();
+    m.store_result(
+        at(900),
+        id(1),
+        None,
+        TaskStatus::Completed,
+        result(json!(1)),
+        None,
+    )
+    .unwrap();
+    assert_eq!(m.get(at(1_000), id(1), None), Err(StoreError::NotFound));
+}
+
+#[test]
+fn expiry_removes_terminal_tasks_whatever_their_status() {
+    let mut m = machine(config());
+    for (n, status) in [(1, TaskStatus::Completed), (2, TaskStatus::Failed)] {
+        m.create(at(0), id(n), CreateTask::new().ttl(50)).unwrap();
+        m.store_result(at(1), id(n), None, status, result(json!(n as u64)), None)
+            .unwrap();
+    }
+    m.create(at(0), id(3), CreateTask::new().ttl(50)).unwrap();
+    m.cancel(at(1), id(3), None, None).unwrap();
+    assert!(!m.handle_timeout(at(50), usize::MAX));
+    assert_eq!(m.len(), 0);
+}
+
+#[test]
+fn expiry_policy_fail_marks_a_running_task_failed_then_removes_it_after_the_grace() {
+    let mut m = machine(StoreConfig {
+        expiry: ExpiryPolicy::Fail {
+            grace: Duration::from_millis(500),
+        },
+        ..config()
+    });
+    m.create(at(0), id(1), CreateTask::new().ttl(1_000))
+        .unwrap();
+    let token = m.cancel_token(at(0), id(1), None).unwrap();
+    m.handle_timeout(at(1_000), usize::MAX);
+    let failed = m.get(at(1_000), id(1), None).unwrap();
+    assert_eq!(failed.status, TaskStatus::Failed);
+    assert!(failed.status_message.unwrap().contains("expired"));
+    assert!(token.is_cancelled(), "the worker is told to stop");
+    assert_eq!(
+        m.get_result(at(1_000), id(1), None),
+        Err(StoreError::NoResult {
+            status: TaskStatus::Failed
+        })
+    );
+    assert!(m.get(at(1_499), id(1), None).is_ok());
+    assert_eq!(m.get(at(1_500), id(1), None), Err(StoreError::NotFound));
+}
+
+#[test]
+fn expiry_policy_fail_applies_on_read_even_before_the_timer_runs() {
+    let mut m = machine(config());
+    m.create(at(0), id(1), CreateTask::new().ttl(10)).unwrap();
+    assert_eq!(
+        m.get(at(10), id(1), None).unwrap().status,
+        TaskStatus::Failed
+    );
+}
+
+#[test]
+fn expiry_policy_remove_drops_a_running_task_at_its_deadline() {
+    let mut m = machine(StoreConfig {
+        expiry: ExpiryPolicy::Remove,
+        ..config()
+    });
+    m.create(at(0), id(1), CreateTask::new().ttl(1_000))
+        .unwrap();
+    let token = m.cancel_token(at(0), id(1), None).unwrap();
+    assert!(m.get(at(999), id(1), None).is_ok());
+    m.handle_timeout(at(1_000), usize::MAX);
+    assert_eq!(m.len(), 0);
+    assert!(token.is_cancelled());
+}
+
+#[test]
+fn expiry_wakes_every_waiter() {
+    let mut m = machine(StoreConfig {
+        expiry: ExpiryPolicy::Remove,
+        ..config()
+    });
+    m.create(at(0), id(1), CreateTask::new().ttl(100)).unwrap();
+    m.set_input_requests(at(0), id(1), None, requests(&["q"]))
+        .unwrap();
+    m.wait_terminal(at(0), id(1), None, None, 1);
+    m.wait_terminal(at(0), id(1), None, None, 2);
+    m.wait_input(at(0), id(1), None, "q", None, 3);
+    assert!(wakes(&mut m).is_empty());
+    m.handle_timeout(at(100), usize::MAX);
+    let mut woken = wakes(&mut m);
+    woken.sort_by_key(|(token, _)| *token);
+    assert_eq!(
+        woken,
+        vec![
+            (1, WakeOutcome::Terminal(Err(StoreError::NotFound))),
+            (2, WakeOutcome::Terminal(Err(StoreError::NotFound))),
+            (3, WakeOutcome::Input(Err(StoreError::NotFound))),
+        ]
+    );
+}
+
+#[test]
+fn expiry_under_fail_policy_wakes_terminal_waiters_with_the_failed_task() {
+    let mut m = machine(config());
+    m.create(at(0), id(1), CreateTask::new().ttl(100)).unwrap();
+    m.wait_terminal(at(0), id(1), None, None, 1);
+    m.handle_timeout(at(100), usize::MAX);
+    match wakes(&mut m).as_slice() {
+        [(1, WakeOutcome::Terminal(Ok(task)))] => assert_eq!(task.status, TaskStatus::Failed),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn handle_timeout_reclaims_untouched_tasks_in_bounded_batches() {
+    let mut m = machine(StoreConfig {
+        expiry: ExpiryPolicy::Remove,
+        ..config()
+    });
+    for n in 0..10 {
+        m.create(at(0), id(n), CreateTask::new().ttl(100)).unwrap();
+    }
+    assert!(m.poll_timeout().is_some_and(|t| t <= Millis(100)));
+    assert!(!m.handle_timeout(at(99), usize::MAX));
+    assert_eq!(m.len(), 10);
+    assert!(
+        m.handle_timeout(at(100), 4),
+        "more work is due after one batch"
+    );
+    assert_eq!(m.len(), 6);
+    while m.handle_timeout(at(100), 4) {}
+    assert_eq!(m.len(), 0);
+    assert_eq!(m.poll_timeout(), None);
+}
+
+#[test]
+fn repeated_handle_timeout_calls_are_harmless() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    for _ in 0..3 {
+        assert!(!m.handle_timeout(at(10), usize::MAX));
+    }
+    assert_eq!(
+        m.get(at(10), id(1), None).unwrap().status,
+        TaskStatus::Working
+    );
+}
+
+// ----- get ------------------------------------------------------------------------------
+
+#[test]
+fn unknown_id_is_not_found() {
+    let mut m = machine(config());
+    assert_eq!(m.get(at(0), id(42), None), Err(StoreError::NotFound));
+    assert_eq!(m.get_result(at(0), id(42), None), Err(StoreError::NotFound));
+    assert_eq!(
+        m.cancel(at(0), id(42), None, None),
+        Err(StoreError::NotFound)
+    );
+}
+
+#[test]
+fn returned_tasks_are_copies_that_cannot_change_the_store() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    let mut copy = m.get(at(0), id(1), None).unwrap();
+    copy.status = TaskStatus::Completed;
+    copy.status_message = Some("tampered".into());
+    assert_eq!(
+        m.get(at(0), id(1), None).unwrap().status,
+        TaskStatus::Working
+    );
+}
+
+// ----- lifecycle ------------------------------------------------------------------------
+
+#[test]
+fn live_transitions_are_allowed() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    for status in [
+        TaskStatus::InputRequired,
+        TaskStatus::Working,
+        TaskStatus::Working,
+    ] {
+        assert_eq!(
+            m.update_status(at(1), id(1), None, status, None)
+                .unwrap()
+                .status,
+            status
+        );
+    }
+    for (n, terminal) in [
+        (2, TaskStatus::Completed),
+        (3, TaskStatus::Failed),
+        (4, TaskStatus::Cancelled),
+    ] {
+        create(&mut m, 0, n);
+        m.update_status(at(1), id(n), None, TaskStatus::InputRequired, None)
+            .unwrap();
+        assert_eq!(
+            m.update_status(at(2), id(n), None, terminal, None)
+                .unwrap()
+                .status,
+            terminal
+        );
+    }
+}
+
+#[test]
+fn leaving_a_terminal_status_is_rejected() {
+    let terminal = [
+        TaskStatus::Completed,
+        TaskStatus::Failed,
+        TaskStatus::Cancelled,
+    ];
+    let all = [
+        TaskStatus::Working,
+        TaskStatus::InputRequired,
+        TaskStatus::Completed,
+        TaskStatus::Failed,
+        TaskStatus::Cancelled,
+    ];
+    for from in terminal {
+        for to in all {
+            let mut m = machine(config());
+            create(&mut m, 0, 1);
+            m.update_status(at(1), id(1), None, from, None).unwrap();
+            assert_eq!(
+                m.update_status(at(2), id(1), None, to, Some("again".into())),
+                Err(StoreError::InvalidTransition { from, to })
+            );
+            let task = m.get(at(3), id(1), None).unwrap();
+            assert_eq!((task.status, task.last_updated_at), (from, at(1).wall));
+        }
+    }
+}
+
+#[test]
+fn update_changes_status_message_and_advances_last_updated_at() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    let task = m
+        .update_status(
+            at(10),
+            id(1),
+            None,
+            TaskStatus::Working,
+            Some("half way".into()),
+        )
+        .unwrap();
+    assert_eq!(task.status_message.as_deref(), Some("half way"));
+    assert_eq!(task.last_updated_at, at(10).wall);
+    assert_eq!(task.created_at, at(0).wall);
+}
+
+#[test]
+fn updating_a_missing_task_is_not_found() {
+    let mut m = machine(config());
+    assert_eq!(
+        m.update_status(at(0), id(9), None, TaskStatus::Working, None),
+        Err(StoreError::NotFound)
+    );
+}
+
+#[test]
+fn resuming_while_input_requests_are_pending_is_refused() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(1), id(1), None, requests(&["a"]))
+        .unwrap();
+    let err = m
+        .update_status(at(2), id(1), None, TaskStatus::Working, None)
+        .unwrap_err();
+    assert!(matches!(err, StoreError::InvalidArgument(_)), "{err:?}");
+}
+
+// ----- results --------------------------------------------------------------------------
+
+#[test]
+fn stored_result_sets_the_status_and_is_readable() {
+    for status in [TaskStatus::Completed, TaskStatus::Failed] {
+        let mut m = machine(config());
+        create(&mut m, 0, 1);
+        let task = m
+            .store_result(at(5), id(1), None, status, result(json!({"v": 1})), None)
+            .unwrap();
+        assert_eq!(task.status, status);
+        let stored = m.get_result(at(6), id(1), None).unwrap();
+        assert_eq!(stored.task.status, status);
+        assert_eq!(stored.outcome, result(json!({"v": 1})));
+    }
+}
+
+#[test]
+fn error_outcome_is_kept_verbatim() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    let error = json!({"code": -32000, "message": "boom"});
+    m.store_result(
+        at(1),
+        id(1),
+        None,
+        TaskStatus::Failed,
+        Outcome::error(error.clone()),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        m.get_result(at(1), id(1), None).unwrap().outcome,
+        Outcome::error(error)
+    );
+}
+
+#[test]
+fn storing_a_result_with_a_non_terminal_status_is_rejected() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    for status in [
+        TaskStatus::Working,
+        TaskStatus::InputRequired,
+        TaskStatus::Cancelled,
+    ] {
+        let err = m
+            .store_result(at(1), id(1), None, status, result(json!(1)), None)
+            .unwrap_err();
+        assert!(matches!(err, StoreError::InvalidArgument(_)), "{err:?}");
+    }
+    assert_eq!(
+        m.get(at(1), id(1), None).unwrap().status,
+        TaskStatus::Working
+    );
+}
+
+#[test]
+fn storing_a_result_from_input_required_is_allowed() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(1), id(1), None, requests(&["a"]))
+        .unwrap();
+    let task = m
+        .store_result(
+            at(2),
+            id(1),
+            None,
+            TaskStatus::Completed,
+            result(json!(1)),
+            None,
+        )
+        .unwrap();
+    assert_eq!(task.status, TaskStatus::Completed);
+    assert!(m
+        .get_detail(at(2), id(1), None)
+        .unwrap()
+        .input_requests
+        .is_empty());
+}
+
+#[test]
+fn first_result_wins() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.store_result(
+        at(1),
+        id(1),
+        None,
+        TaskStatus::Completed,
+        result(json!("first")),
+        None,
+    )
+    .unwrap();
+    let err = m
+        .store_result(
+            at(2),
+            id(1),
+            None,
+            TaskStatus::Failed,
+            result(json!("second")),
+            None,
+        )
+        .unwrap_err();
+    match err {
+        StoreError::AlreadyTerminal(task) => assert_eq!(task.status, TaskStatus::Completed),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(
+        m.get_result(at(3), id(1), None).unwrap().outcome,
+        result(json!("first"))
+    );
+}
+
+#[test]
+fn late_completion_never_overwrites_a_cancel() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.cancel(at(1), id(1), None, None).unwrap();
+    for status in [TaskStatus::Completed, TaskStatus::Failed] {
+        let err = m
+            .store_result(at(2), id(1), None, status, result(json!("late")), None)
+            .unwrap_err();
+        assert!(matches!(err, StoreError::AlreadyTerminal(_)));
+    }
+    assert_eq!(
+        m.get(at(3), id(1), None).unwrap().status,
+        TaskStatus::Cancelled
+    );
+    assert_eq!(
+        m.get_result(at(3), id(1), None),
+        Err(StoreError::NoResult {
+            status: TaskStatus::Cancelled
+        })
+    );
+}
+
+#[test]
+fn get_result_of_a_running_task_reports_no_result() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    assert_eq!(
+        m.get_result(at(1), id(1), None),
+        Err(StoreError::NoResult {
+            status: TaskStatus::Working
+        })
+    );
+}
+
+#[test]
+fn store_result_on_a_missing_task_is_not_found() {
+    let mut m = machine(config());
+    assert_eq!(
+        m.store_result(
+            at(0),
+            id(1),
+            None,
+            TaskStatus::Completed,
+            result(json!(1)),
+            None
+        ),
+        Err(StoreError::NotFound)
+    );
+}
+
+// ----- cancellation ---------------------------------------------------------------------
+
+#[test]
+fn cancel_moves_working_and_input_required_tasks_to_cancelled() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    create(&mut m, 0, 2);
+    m.set_input_requests(at(1), id(2), None, requests(&["a"]))
+        .unwrap();
+    for n in [1, 2] {
+        let outcome = m.cancel(at(2), id(n), None, Some("stop".into())).unwrap();
+        assert!(outcome.cancelled);
+        assert_eq!(outcome.task.status, TaskStatus::Cancelled);
+        assert_eq!(outcome.task.status_message.as_deref(), Some("stop"));
+        assert_eq!(
+            m.get(at(3), id(n), None).unwrap().status,
+            TaskStatus::Cancelled
+        );
+    }
+}
+
+#[test]
+fn cancel_is_idempotent_and_leaves_terminal_tasks_alone() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    let first = m.cancel(at(1), id(1), None, None).unwrap();
+    let second = m.cancel(at(2), id(1), None, None).unwrap();
+    assert!(!second.cancelled);
+    assert_eq!(second.task, first.task, "a second cancel changes nothing");
+    create(&mut m, 0, 2);
+    m.store_result(
+        at(1),
+        id(2),
+        None,
+        TaskStatus::Completed,
+        result(json!(1)),
+        None,
+    )
+    .unwrap();
+    let outcome = m.cancel(at(2), id(2), None, None).unwrap();
+    assert!(!outcome.cancelled);
+    assert_eq!(outcome.task.status, TaskStatus::Completed);
+}
+
+#[test]
+fn cancelling_one_task_does_not_touch_others() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    create(&mut m, 0, 2);
+    m.cancel(at(1), id(1), None, None).unwrap();
+    assert_eq!(
+        m.get(at(1), id(2), None).unwrap().status,
+        TaskStatus::Working
+    );
+}
+
+#[test]
+fn cancel_fires_the_token_and_wakes_waiters() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    let token = m.cancel_token(at(0), id(1), None).unwrap();
+    m.wait_terminal(at(0), id(1), None, None, 7);
+    assert!(!token.is_cancelled());
+    m.cancel(at(1), id(1), None, None).unwrap();
+    assert!(token.is_cancelled());
+    match wakes(&mut m).as_slice() {
+        [(7, WakeOutcome::Terminal(Ok(task)))] => assert_eq!(task.status, TaskStatus::Cancelled),
+        other => panic!("unexpected {other:?}"),
+    }
+    let late_token = m.cancel_token(at(2), id(1), None).unwrap();
+    assert!(
+        late_token.is_cancelled(),
+        "a token taken after the cancel has fired too"
+    );
+}
+
+#[test]
+fn completion_does_not_fire_the_cancel_token() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    let token = m.cancel_token(at(0), id(1), None).unwrap();
+    m.store_result(
+        at(1),
+        id(1),
+        None,
+        TaskStatus::Completed,
+        result(json!(1)),
+        None,
+    )
+    .unwrap();
+    assert!(!token.is_cancelled());
+}
+
+// ----- listing and pagination -----------------------------------------------------------
+
+#[test]
+fn empty_store_lists_nothing_and_no_cursor() {
+    let mut m = machine(config());
+    let page = m.list(at(0), None, None).unwrap();
+    assert!(page.tasks.is_empty());
+    assert_eq!(page.next_cursor, None);
+}
+
+#[test]
+fn fewer_tasks_than_a_page_come_back_at_once_without_cursor() {
+    let mut m = machine(config());
+    for n in 0..5 {
+        create(&mut m, n as u64, n);
+    }
+    let page = m.list(at(10), None, None).unwrap();
+    assert_eq!(page.tasks.len(), 5);
+    assert_eq!(page.next_cursor, None);
+}
+
+#[test]
+fn list_150_tasks_at_page_100_gives_100_then_50_and_no_cursor_after() {
+    let mut m = machine(config());
+    for n in 0..150 {
+        create(&mut m, 0, n);
+    }
+    let pages = walk(&mut m, 0, None);
+    assert_eq!(
+        pages.iter().map(Vec::len).collect::<Vec<_>>(),
+        vec![100, 50]
+    );
+    let all: Vec<TaskId> = pages.concat();
+    assert_eq!(
+        all,
+        (0..150).map(id).collect::<Vec<_>>(),
+        "creation order, no duplicates"
+    );
+}
+
+#[test]
+fn custom_page_size_pages_25_tasks_as_10_10_5() {
+    let mut m = machine(StoreConfig {
+        page_size: 10,
+        ..config()
+    });
+    for n in 0..25 {
+        create(&mut m, 0, n);
+    }
+    let sizes: Vec<usize> = walk(&mut m, 0, None).iter().map(Vec::len).collect();
+    assert_eq!(sizes, vec![10, 10, 5]);
+}
+
+#[test]
+fn paging_is_complete_and_disjoint_with_identical_timestamps() {
+    let mut m = machine(StoreConfig {
+        page_size: 5,
+        ..config()
+    });
+    // Ids in descending order: creation order, not id order, drives the listing.
+    for n in (0..20).rev() {
+        create(&mut m, 7, n);
+    }
+    let all: Vec<TaskId> = walk(&mut m, 7, None).concat();
+    assert_eq!(all, (0..20).rev().map(id).collect::<Vec<_>>());
+}
+
+#[test]
+fn tasks_created_during_a_walk_appear_in_later_pages_only() {
+    let mut m = machine(StoreConfig {
+        page_size: 2,
+        ..config()
+    });
+    for n in 0..3 {
+        create(&mut m, 0, n);
+    }
+    let first = m.list(at(0), None, None).unwrap();
+    assert_eq!(
+        first.tasks.iter().map(|t| t.task_id).collect::<Vec<_>>(),
+        vec![id(0), id(1)]
+    );
+    create(&mut m, 0, 3);
+    let second = m.list(at(0), None, first.next_cursor.as_deref()).unwrap();
+    assert_eq!(
+        second.tasks.iter().map(|t| t.task_id).collect::<Vec<_>>(),
+        vec![id(2), id(3)]
+    );
+    assert_eq!(second.next_cursor, None);
+}
+
+#[test]
+fn tasks_expiring_during_a_walk_leave_an_empty_last_page_without_error() {
+    let mut m = machine(StoreConfig {
+        page_size: 2,
+        expiry: ExpiryPolicy::Remove,
+        ..config()
+    });
+    create(&mut m, 0, 0);
+    create(&mut m, 0, 1);
+    for n in 2..4 {
+        m.create(at(0), id(n), CreateTask::new().ttl(100)).unwrap();
+    }
+    let first = m.list(at(0), None, None).unwrap();
+    assert!(first.next_cursor.is_some());
+    let second = m.list(at(100), None, first.next_cursor.as_deref()).unwrap();
+    assert!(second.tasks.is_empty());
+    assert_eq!(second.next_cursor, None);
+}
+
+#[test]
+fn cursor_keeps_working_after_its_own_task_expired() {
+    let mut m = machine(StoreConfig {
+        page_size: 1,
+        expiry: ExpiryPolicy::Remove,
+        ..config()
+    });
+    m.create(at(0), id(0), CreateTask::new().ttl(100)).unwrap();
+    create(&mut m, 0, 1);
+    let first = m.list(at(0), None, None).unwrap();
+    assert_eq!(first.tasks[0].task_id, id(0));
+    m.handle_timeout(at(100), usize::MAX);
+    let second = m.list(at(100), None, first.next_cursor.as_deref()).unwrap();
+    assert_eq!(second.tasks[0].task_id, id(1));
+}
+
+#[test]
+fn list_never_shows_an_expired_task() {
+    let mut m = machine(StoreConfig {
+        expiry: ExpiryPolicy::Remove,
+        ..config()
+    });
+    m.create(at(0), id(0), CreateTask::new().ttl(100)).unwrap();
+    create(&mut m, 0, 1);
+    let page = m.list(at(100), None, None).unwrap();
+    assert_eq!(
+        page.tasks.iter().map(|t| t.task_id).collect::<Vec<_>>(),
+        vec![id(1)]
+    );
+}
+
+#[test]
+fn garbage_cursors_are_rejected() {
+    let mut m = machine(StoreConfig {
+        page_size: 1,
+        ..config()
+    });
+    create(&mut m, 0, 0);
+    create(&mut m, 0, 1);
+    let good = m.list(at(0), None, None).unwrap().next_cursor.unwrap();
+    let mut tampered = good.clone().into_bytes();
+    tampered[31] = if tampered[31] == b'0' { b'1' } else { b'0' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    let shifted = format!("{:016x}{}", 0u64, &good[16..]);
+    for cursor in [
+        "",
+        "garbage",
+        "zz",
+        &"f".repeat(32),
+        &"g".repeat(32),
+        "é",
+        &tampered,
+        &shifted,
+    ] {
+        assert_eq!(
+            m.list(at(0), None, Some(cursor)),
+            Err(StoreError::InvalidCursor),
+            "{cursor:?}"
+        );
+    }
+    assert!(m.list(at(0), None, Some(&good)).is_ok());
+}
+
+#[test]
+fn a_cursor_from_another_session_is_rejected() {
+    let mut m = machine(StoreConfig {
+        page_size: 1,
+        ..config()
+    });
+    create_in(&mut m, 0, 0, "a");
+    create_in(&mut m, 0, 1, "a");
+    create_in(&mut m, 0, 2, "b");
+    create_in(&mut m, 0, 3, "b");
+    let cursor_a = m
+        .list(at(0), Some(&session("a")), None)
+        .unwrap()
+        .next_cursor
+        .unwrap();
+    assert_eq!(
+        m.list(at(0), Some(&session("b")), Some(&cursor_a)),
+        Err(StoreError::InvalidCursor)
+    );
+    assert_eq!(
+        m.list(at(0), None, Some(&cursor_a)),
+        Err(StoreError::InvalidCursor)
+    );
+    assert!(m.list(at(0), Some(&session("a")), Some(&cursor_a)).is_ok());
+}
+
+// ----- sessions ---------------------------------------------------------------------------
+
+#[test]
+fn another_session_sees_a_task_as_not_found_everywhere() {
+    let mut m = machine(config());
+    create_in(&mut m, 0, 1, "a");
+    let b = session("b");
+    let b = Some(&b);
+    assert_eq!(m.get(at(1), id(1), b), Err(StoreError::NotFound));
+    assert_eq!(m.get_detail(at(1), id(1), b), Err(StoreError::NotFound));
+    assert_eq!(m.get_result(at(1), id(1), b), Err(StoreError::NotFound));
+    assert_eq!(
+        m.update_status(at(1), id(1), b, TaskStatus::Failed, None),
+        Err(StoreError::NotFound)
+    );
+    assert_eq!(
+        m.store_result(
+            at(1),
+            id(1),
+            b,
+            TaskStatus::Completed,
+            result(json!(1)),
+            None
+        ),
+        Err(StoreError::NotFound)
+    );
+    assert_eq!(m.cancel(at(1), id(1), b, None), Err(StoreError::NotFound));
+    assert_eq!(
+        m.set_input_requests(at(1), id(1), b, requests(&["k"])),
+        Err(StoreError::NotFound)
+    );
+    assert_eq!(
+        m.resolve_input(at(1), id(1), b, responses(&[("k", json!(1))])),
+        Err(StoreError::NotFound)
+    );
+    assert!(matches!(
+        m.cancel_token(at(1), id(1), b),
+        Err(StoreError::NotFound)
+    ));
+    m.wait_terminal(at(1), id(1), b, None, 1);
+    m.wait_input(at(1), id(1), b, "k", None, 2);
+    assert_eq!(
+        wakes(&mut m),
+        vec![
+            (1, WakeOutcome::Terminal(Err(StoreError::NotFound))),
+            (2, WakeOutcome::Input(Err(StoreError::NotFound))),
+        ]
+    );
+    assert_eq!(
+        m.get(at(1), id(1), Some(&session("a"))).unwrap().status,
+        TaskStatus::Working
+    );
+}
+
+#[test]
+fn sessions_fail_closed_in_both_directions() {
+    let mut m = machine(config());
+    create_in(&mut m, 0, 1, "a");
+    create(&mut m, 0, 2);
+    assert_eq!(
+        m.get(at(1), id(1), None),
+        Err(StoreError::NotFound),
+        "sessionless caller"
+    );
+    assert_eq!(
+        m.get(at(1), id(2), Some(&session("a"))),
+        Err(StoreError::NotFound),
+        "sessioned caller"
+    );
+}
+
+#[test]
+fn list_shows_only_the_callers_own_tasks() {
+    let mut m = machine(StoreConfig {
+        page_size: 2,
+        ..config()
+    });
+    for n in 0..5 {
+        create_in(&mut m, 0, n, if n % 2 == 0 { "a" } else { "b" });
+    }
+    create(&mut m, 0, 9);
+    assert_eq!(
+        walk(&mut m, 0, Some(&session("a"))).concat(),
+        vec![id(0), id(2), id(4)]
+    );
+    assert_eq!(
+        walk(&mut m, 0, Some(&session("b"))).concat(),
+        vec![id(1), id(3)]
+    );
+    assert_eq!(walk(&mut m, 0, None).concat(), vec![id(9)]);
+    assert_eq!(
+        walk(&mut m, 0, Some(&session("c"))).concat(),
+        Vec::<TaskId>::new()
+    );
+}
+
+// ----- limits -----------------------------------------------------------------------------
+
+#[test]
+fn global_limit_refuses_task_n_plus_one() {
+    let mut m = machine(StoreConfig {
+        max_tasks: Some(3),
+        ..config()
+    });
+    for n in 0..3 {
+        create(&mut m, 0, n);
+    }
+    let err = m.create(at(0), id(3), CreateTask::new()).unwrap_err();
+    assert_eq!(
+        err,
+        StoreError::LimitExceeded {
+            scope: LimitScope::Global,
+            limit: 3
+        }
+    );
+    assert_eq!(err.to_string(), "maximum number of tasks (3) reached");
+    assert_eq!(m.len(), 3);
+}
+
+#[test]
+fn per_session_limit_refuses_and_other_sessions_are_unaffected() {
+    let mut m = machine(StoreConfig {
+        max_tasks_per_session: Some(2),
+        ..config()
+    });
+    create_in(&mut m, 0, 0, "a");
+    create_in(&mut m, 0, 1, "a");
+    let err = m
+        .create(at(0), id(2), CreateTask::new().session("a"))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        StoreError::LimitExceeded {
+            scope: LimitScope::Session,
+            limit: 2
+        }
+    );
+    create_in(&mut m, 0, 3, "b");
+    create_in(&mut m, 0, 4, "b");
+}
+
+#[test]
+fn per_session_limit_does_not_apply_to_sessionless_tasks() {
+    let mut m = machine(StoreConfig {
+        max_tasks_per_session: Some(1),
+        ..config()
+    });
+    for n in 0..5 {
+        create(&mut m, 0, n);
+    }
+    assert_eq!(m.len(), 5);
+}
+
+#[test]
+fn global_and_per_session_limits_combine() {
+    let mut m = machine(StoreConfig {
+        max_tasks: Some(3),
+        max_tasks_per_session: Some(2),
+        ..config()
+    });
+    create_in(&mut m, 0, 0, "a");
+    create_in(&mut m, 0, 1, "a");
+    assert!(matches!(
+        m.create(at(0), id(2), CreateTask::new().session("a")),
+        Err(StoreError::LimitExceeded {
+            scope: LimitScope::Session,
+            ..
+        })
+    ));
+    create_in(&mut m, 0, 3, "b");
+    assert!(matches!(
+        m.create(at(0), id(4), CreateTask::new().session("c")),
+        Err(StoreError::LimitExceeded {
+            scope: LimitScope::Global,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn expired_tasks_do_not_count_toward_limits() {
+    for policy in [ExpiryPolicy::Remove, ExpiryPolicy::default()] {
+        let mut m = machine(StoreConfig {
+            max_tasks: Some(2),
+            max_tasks_per_session: Some(1),
+            expiry: policy,
+            ..config()
+        });
+        m.create(at(0), id(0), CreateTask::new().ttl(100).session("a"))
+            .unwrap();
+        m.create(at(0), id(1), CreateTask::new().ttl(100)).unwrap();
+        assert!(m
+            .create(at(99), id(2), CreateTask::new().session("a"))
+            .is_err());
+        // At the deadline both slots free up, without anyone touching the old tasks first.
+        m.create(at(100), id(2), CreateTask::new().session("a"))
+            .unwrap();
+        m.create(at(100), id(3), CreateTask::new()).unwrap();
+        assert!(
+            m.create(at(100), id(4), CreateTask::new()).is_err(),
+            "{policy:?}"
+        );
+    }
+}
+
+// ----- input requests ---------------------------------------------------------------------
+
+#[test]
+fn setting_input_requests_moves_to_input_required_and_merges_keys() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    let task = m
+        .set_input_requests(at(1), id(1), None, requests(&["a"]))
+        .unwrap();
+    assert_eq!(task.status, TaskStatus::InputRequired);
+    m.set_input_requests(at(2), id(1), None, requests(&["b"]))
+        .unwrap();
+    let detail = m.get_detail(at(2), id(1), None).unwrap();
+    assert_eq!(
+        detail.input_requests.keys().collect::<Vec<_>>(),
+        vec!["a", "b"]
+    );
+}
+
+#[test]
+fn resolving_removes_matched_keys_and_resumes_when_none_are_left() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(1), id(1), None, requests(&["a", "b"]))
+        .unwrap();
+    let task = m
+        .resolve_input(at(2), id(1), None, responses(&[("a", json!(1))]))
+        .unwrap();
+    assert_eq!(task.status, TaskStatus::InputRequired);
+    let detail = m.get_detail(at(2), id(1), None).unwrap();
+    assert_eq!(detail.input_requests.keys().collect::<Vec<_>>(), vec!["b"]);
+    let task = m
+        .resolve_input(at(3), id(1), None, responses(&[("b", json!(2))]))
+        .unwrap();
+    assert_eq!(task.status, TaskStatus::Working);
+    assert_eq!(task.last_updated_at, at(3).wall);
+}
+
+#[test]
+fn unknown_and_already_answered_keys_are_ignored() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(1), id(1), None, requests(&["a", "b"]))
+        .unwrap();
+    m.resolve_input(at(2), id(1), None, responses(&[("a", json!(1))]))
+        .unwrap();
+    let before = m.get(at(2), id(1), None).unwrap();
+    let after = m
+        .resolve_input(
+            at(3),
+            id(1),
+            None,
+            responses(&[("a", json!(9)), ("never", json!(0))]),
+        )
+        .unwrap();
+    assert_eq!(after, before, "nothing changed, not even lastUpdatedAt");
+    m.wait_input(at(3), id(1), None, "a", None, 1);
+    assert_eq!(
+        wakes(&mut m),
+        vec![(1, WakeOutcome::Input(Ok(json!(1))))],
+        "first answer kept"
+    );
+}
+
+#[test]
+fn input_request_keys_cannot_be_reused_over_the_task_life() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(1), id(1), None, requests(&["a"]))
+        .unwrap();
+    m.resolve_input(at(2), id(1), None, responses(&[("a", json!(1))]))
+        .unwrap();
+    assert_eq!(
+        m.set_input_requests(at(3), id(1), None, requests(&["b", "a"])),
+        Err(StoreError::InputKeyReused { key: "a".into() })
+    );
+    let detail = m.get_detail(at(3), id(1), None).unwrap();
+    assert!(
+        detail.input_requests.is_empty(),
+        "nothing of a refused set is applied"
+    );
+    assert_eq!(detail.task.status, TaskStatus::Working);
+}
+
+#[test]
+fn terminal_tasks_are_never_revived_by_input_requests() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(1), id(1), None, requests(&["a"]))
+        .unwrap();
+    m.cancel(at(2), id(1), None, None).unwrap();
+    m.set_events_enabled(true);
+    assert!(matches!(
+        m.resolve_input(at(3), id(1), None, responses(&[("a", json!(1))])),
+        Err(StoreError::AlreadyTerminal(_))
+    ));
+    assert!(matches!(
+        m.set_input_requests(at(3), id(1), None, requests(&["b"])),
+        Err(StoreError::AlreadyTerminal(_))
+    ));
+    assert_eq!(
+        m.get(at(3), id(1), None).unwrap().status,
+        TaskStatus::Cancelled
+    );
+    assert_eq!(m.poll_event(), None, "no event for a refused change");
+}
+
+#[test]
+fn an_input_waiter_is_woken_by_the_response() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(1), id(1), None, requests(&["a", "b"]))
+        .unwrap();
+    m.wait_input(at(1), id(1), None, "a", None, 1);
+    m.wait_input(at(1), id(1), None, "b", None, 2);
+    assert!(wakes(&mut m).is_empty());
+    m.resolve_input(at(2), id(1), None, responses(&[("b", json!("yes"))]))
+        .unwrap();
+    assert_eq!(
+        wakes(&mut m),
+        vec![(2, WakeOutcome::Input(Ok(json!("yes"))))]
+    );
+}
+
+#[test]
+fn an_answer_that_arrives_before_the_wait_is_not_lost() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(1), id(1), None, requests(&["a"]))
+        .unwrap();
+    m.resolve_input(at(2), id(1), None, responses(&[("a", json!(42))]))
+        .unwrap();
+    m.wait_input(at(3), id(1), None, "a", None, 1);
+    assert_eq!(wakes(&mut m), vec![(1, WakeOutcome::Input(Ok(json!(42))))]);
+    m.wait_input(at(3), id(1), None, "a", None, 2);
+    assert_eq!(
+        wakes(&mut m),
+        vec![(
+            2,
+            WakeOutcome::Input(Err(StoreError::UnknownInputKey { key: "a".into() }))
+        )],
+        "an answer is handed over once"
+    );
+}
+
+#[test]
+fn input_waiters_are_woken_by_cancel() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(1), id(1), None, requests(&["a"]))
+        .unwrap();
+    m.wait_input(at(1), id(1), None, "a", None, 1);
+    m.cancel(at(2), id(1), None, None).unwrap();
+    match wakes(&mut m).as_slice() {
+        [(1, WakeOutcome::Input(Err(StoreError::AlreadyTerminal(task))))] => {
+            assert_eq!(task.status, TaskStatus::Cancelled)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn input_waiters_are_woken_by_expiry() {
+    let mut m = machine(config());
+    m.create(at(0), id(1), CreateTask::new().ttl(50)).unwrap();
+    m.set_input_requests(at(1), id(1), None, requests(&["a"]))
+        .unwrap();
+    m.wait_input(at(1), id(1), None, "a", None, 1);
+    m.handle_timeout(at(50), usize::MAX);
+    match wakes(&mut m).as_slice() {
+        [(1, WakeOutcome::Input(Err(StoreError::AlreadyTerminal(task))))] => {
+            assert_eq!(task.status, TaskStatus::Failed)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn waiting_on_a_key_never_issued_is_an_error() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.wait_input(at(1), id(1), None, "nope", None, 1);
+    assert_eq!(
+        wakes(&mut m),
+        vec![(
+            1,
+            WakeOutcome::Input(Err(StoreError::UnknownInputKey { key: "nope".into() }))
+        )]
+    );
+}
+
+// ----- waiting ----------------------------------------------------------------------------
+
+#[test]
+fn waiting_on_a_terminal_task_answers_at_once() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.store_result(
+        at(1),
+        id(1),
+        None,
+        TaskStatus::Completed,
+        result(json!(1)),
+        None,
+    )
+    .unwrap();
+    m.wait_terminal(at(2), id(1), None, None, 1);
+    match wakes(&mut m).as_slice() {
+        [(1, WakeOutcome::Terminal(Ok(task)))] => assert_eq!(task.status, TaskStatus::Completed),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn every_waiter_on_a_task_is_woken() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    for token in 0..5 {
+        m.wait_terminal(at(0), id(1), None, None, token);
+    }
+    m.store_result(
+        at(1),
+        id(1),
+        None,
+        TaskStatus::Completed,
+        result(json!(1)),
+        None,
+    )
+    .unwrap();
+    let mut woken: Vec<u32> = wakes(&mut m).into_iter().map(|(t, _)| t).collect();
+    woken.sort();
+    assert_eq!(woken, vec![0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn a_wait_times_out_exactly_at_its_deadline() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.wait_terminal(at(0), id(1), None, Some(Millis(500)), 1);
+    m.handle_timeout(at(499), usize::MAX);
+    assert!(wakes(&mut m).is_empty());
+    m.handle_timeout(at(500), usize::MAX);
+    assert_eq!(
+        wakes(&mut m),
+        vec![(1, WakeOutcome::Terminal(Err(StoreError::Timeout)))]
+    );
+    m.cancel(at(600), id(1), None, None).unwrap();
+    assert!(
+        wakes(&mut m).is_empty(),
+        "a timed-out waiter is not woken twice"
+    );
+}
+
+#[test]
+fn too_many_waiters_on_one_task_are_refused() {
+    let mut m = machine(StoreConfig {
+        max_waiters_per_task: 2,
+        ..config()
+    });
+    create(&mut m, 0, 1);
+    for token in 0..3 {
+        m.wait_terminal(at(0), id(1), None, None, token);
+    }
+    assert_eq!(
+        wakes(&mut m),
+        vec![(
+            2,
+            WakeOutcome::Terminal(Err(StoreError::LimitExceeded {
+                scope: LimitScope::Waiters,
+                limit: 2
+            }))
+        )]
+    );
+}
+
+// ----- events -----------------------------------------------------------------------------
+
+#[test]
+fn no_events_are_built_until_enabled() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    assert_eq!(m.poll_event(), None);
+}
+
+#[test]
+fn events_report_creation_changes_and_expiry() {
+    let mut m = machine(StoreConfig {
+        expiry: ExpiryPolicy::Remove,
+        ..config()
+    });
+    m.set_events_enabled(true);
+    m.create(at(0), id(1), CreateTask::new().ttl(10).session("s"))
+        .unwrap();
+    m.update_status(
+        at(1),
+        id(1),
+        Some(&session("s")),
+        TaskStatus::InputRequired,
+        None,
+    )
+    .unwrap();
+    m.handle_timeout(at(10), usize::MAX);
+    let events: Vec<StoreEvent> = std::iter::from_fn(|| m.poll_event()).collect();
+    let statuses: Vec<_> = events
+        .iter()
+        .map(|e| match e {
+            StoreEvent::Status { task, session } => {
+                assert_eq!(session.as_ref().map(SessionId::as_str), Some("s"));
+                format!("status {}", task.status)
+            }
+            StoreEvent::Expired { task_id, .. } => {
+                assert_eq!(*task_id, id(1));
+                "expired".to_string()
+            }
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        vec!["status working", "status input_required", "expired"]
+    );
+}

@@ -1,0 +1,21 @@
+//! The task store: a pure state machine and timer wheel (no threads, no clock reads),
+//! driven by one owner thread (the actor) that callers reach through blocking handles.
+//!
+//! Data flows one way: handle -> command over the inbox -> actor -> machine; each command
+//! carries its own reply channel.
+
+mod actor;
+mod clock;
+mod config;
+mod contract;
+mod handle;
+pub mod machine;
+mod token;
+mod wheel;
+
+pub use clock::{Clock, ManualClock, Millis, Now, SystemClock};
+pub use config::{ExpiryPolicy, StoreConfig};
+pub use contract::TaskStore;
+pub use handle::{Store, StoreBuilder, StoreHandle};
+pub use machine::StoreMachine;
+pub use token::CancelToken;
