@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::clock::{Millis, Now, TimeSource};
 use super::config::duration_ms;
-use super::machine::{StoreMachine, Wake, WakeOutcome};
+use super::machine::{StoreMachine, StoreStats, Wake, WakeOutcome};
 use super::token::CancelToken;
 use crate::model::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, StoreEvent, Task,
@@ -107,8 +107,8 @@ pub(crate) enum Command {
     Subscribe {
         reply: Reply<Receiver<StoreEvent>>,
     },
-    Len {
-        reply: Reply<usize>,
+    Stats {
+        reply: Reply<StoreStats>,
     },
     Sync {
         reply: Reply<()>,
@@ -293,7 +293,7 @@ impl StoreActor {
                 self.subscribers.push(Subscriber { events, missed: 0 });
                 send(reply, Ok(receiver));
             }
-            Command::Len { reply } => send(reply, Ok(m.len())),
+            Command::Stats { reply } => send(reply, Ok(m.stats())),
             Command::Sync { reply } => {
                 // A barrier: everything due by the clock's current reading happens first.
                 let now = self.time.now();

@@ -30,7 +30,6 @@ impl Default for ExpiryPolicy {
 /// Settings of a task store. Build one with `StoreConfig::default()` and field updates, or
 /// through [`StoreBuilder`](crate::StoreBuilder); both are checked by [`validate`](Self::validate).
 #[derive(Clone, PartialEq, Eq, Debug)]
-#[non_exhaustive]
 pub struct StoreConfig {
     /// TTL for tasks that request none; `None` means unlimited (still capped by `max_ttl`).
     pub default_ttl: Option<Duration>,

@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::actor::{Command, Reply, StoreActor};
 use super::clock::{Clock, SystemClock, TimeSource};
 use super::config::{ExpiryPolicy, StoreConfig};
-use super::machine::StoreMachine;
+use super::machine::{StoreMachine, StoreStats};
 use super::token::CancelToken;
 use crate::model::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, StoreEvent, Task,
@@ -104,6 +104,18 @@ impl StoreBuilder {
     /// What happens to running tasks whose TTL runs out (default: fail, 30 s grace).
     pub fn expiry(mut self, policy: ExpiryPolicy) -> Self {
         self.config.expiry = policy;
+        self
+    }
+
+    /// Most callers blocked on one task at once (default 1024).
+    pub fn max_waiters_per_task(mut self, max: usize) -> Self {
+        self.config.max_waiters_per_task = max;
+        self
+    }
+
+    /// Events buffered per subscriber before it lags (default 1024).
+    pub fn event_buffer(mut self, events: usize) -> Self {
+        self.config.event_buffer = events;
         self
     }
 
@@ -396,14 +408,9 @@ impl StoreHandle {
         self.call(|reply| Command::Subscribe { reply })
     }
 
-    /// Number of live tasks.
-    pub fn len(&self) -> Result<usize, StoreError> {
-        self.call(|reply| Command::Len { reply })
-    }
-
-    /// True when the store holds no task.
-    pub fn is_empty(&self) -> Result<bool, StoreError> {
-        self.len().map(|n| n == 0)
+    /// Counters: live tasks, parked waiters, timers.
+    pub fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.call(|reply| Command::Stats { reply })
     }
 
     /// A barrier: returns once every command sent before it is applied and everything due

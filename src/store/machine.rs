@@ -36,6 +36,17 @@ use crate::StoreError;
 /// Most input request keys one task may use over its life; bounds a hostile worker.
 const MAX_INPUT_KEYS_PER_TASK: usize = 10_000;
 
+/// Counters describing a store's current load.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct StoreStats {
+    /// Live tasks (including expired ones not yet reclaimed).
+    pub tasks: usize,
+    /// Callers blocked in a wait.
+    pub waiters: usize,
+    /// Timers on the wheel, stale ones included (they are dropped when they fire).
+    pub timers: usize,
+}
+
 /// A parked waiter handed back by [`StoreMachine::poll_wake`].
 #[derive(Debug)]
 pub struct Wake<W> {
@@ -142,6 +153,8 @@ pub struct StoreMachine<W> {
     lingering: HashMap<Option<SessionId>, usize>,
     next_seq: u64,
     next_waiter: u64,
+    /// Waiters parked across all tasks.
+    parked: usize,
     wheel: Wheel<Timer>,
     wakes: VecDeque<Wake<W>>,
     events: VecDeque<StoreEvent>,
@@ -162,6 +175,7 @@ impl<W> StoreMachine<W> {
             lingering: HashMap::new(),
             next_seq: 1,
             next_waiter: 1,
+            parked: 0,
             wheel: Wheel::new(),
             wakes: VecDeque::new(),
             events: VecDeque::new(),
@@ -184,6 +198,15 @@ impl<W> StoreMachine<W> {
     /// True when the store holds no task.
     pub fn is_empty(&self) -> bool {
         self.tasks.is_empty()
+    }
+
+    /// Counters for monitoring and tests.
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            tasks: self.tasks.len(),
+            waiters: self.parked,
+            timers: self.wheel.len(),
+        }
     }
 
     /// Turns status events on or off (off by default, so a store nobody subscribes to
@@ -500,6 +523,7 @@ impl<W> StoreMachine<W> {
             match waiter {
                 Some(pos) => {
                     let waiter = extra.waiters.swap_remove(pos);
+                    self.parked -= 1;
                     self.wakes.push_back(Wake {
                         token: waiter.token,
                         outcome: WakeOutcome::Input(Ok(response)),
@@ -771,6 +795,7 @@ impl<W> StoreMachine<W> {
                     token.cancel();
                 }
             }
+            self.parked -= extra.waiters.len();
             for waiter in extra.waiters.drain(..) {
                 let outcome = match waiter.kind {
                     WaitKind::Terminal => WakeOutcome::Terminal(Ok(task.clone())),
@@ -812,6 +837,7 @@ impl<W> StoreMachine<W> {
             if let Some(token) = &extra.cancel {
                 token.cancel();
             }
+            self.parked -= extra.waiters.len();
             for waiter in extra.waiters {
                 let outcome = match waiter.kind {
                     WaitKind::Terminal => WakeOutcome::Terminal(Err(StoreError::NotFound)),
@@ -849,6 +875,7 @@ impl<W> StoreMachine<W> {
         }
         let waiter_id = self.next_waiter;
         self.next_waiter += 1;
+        self.parked += 1;
         extra.waiters.push(Waiter {
             id: waiter_id,
             kind,
@@ -867,6 +894,7 @@ impl<W> StoreMachine<W> {
             return;
         };
         let waiter = extra.waiters.swap_remove(pos);
+        self.parked -= 1;
         let outcome = match waiter.kind {
             WaitKind::Terminal => WakeOutcome::Terminal(Err(StoreError::Timeout)),
             WaitKind::Input(_) => WakeOutcome::Input(Err(StoreError::Timeout)),

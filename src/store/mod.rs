@@ -17,5 +17,5 @@ pub use clock::{Clock, ManualClock, Millis, Now, SystemClock};
 pub use config::{ExpiryPolicy, StoreConfig};
 pub use contract::TaskStore;
 pub use handle::{Store, StoreBuilder, StoreHandle};
-pub use machine::StoreMachine;
+pub use machine::{StoreMachine, StoreStats};
 pub use token::CancelToken;

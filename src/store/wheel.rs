@@ -233,7 +233,6 @@ impl<T> Wheel<T> {
     }
 
     /// Number of items inserted and not yet returned.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }

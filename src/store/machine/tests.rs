@@ -1573,3 +1573,23 @@ fn events_report_creation_changes_and_expiry() {
         vec!["status working", "status input_required", "expired"]
     );
 }
+
+#[test]
+fn stats_count_parked_waiters_until_they_are_answered() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(0), id(1), None, requests(&["a"]))
+        .unwrap();
+    m.wait_terminal(at(0), id(1), None, Some(Millis(100)), 1);
+    m.wait_terminal(at(0), id(1), None, None, 2);
+    m.wait_input(at(0), id(1), None, "a", None, 3);
+    assert_eq!(m.stats().waiters, 3);
+    m.handle_timeout(at(100), usize::MAX);
+    assert_eq!(m.stats().waiters, 2, "the timed-out waiter is gone");
+    m.resolve_input(at(101), id(1), None, responses(&[("a", json!(1))]))
+        .unwrap();
+    assert_eq!(m.stats().waiters, 1);
+    m.cancel(at(102), id(1), None, None).unwrap();
+    assert_eq!(m.stats().waiters, 0);
+    assert_eq!(wakes(&mut m).len(), 3);
+}

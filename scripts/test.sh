@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The project's whole test run: formatting, lints, docs, every Rust test (unit, integration,
+# doc tests) and the interop suites. Does its own set-up; CI runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (all targets, all features, warnings are errors)"
+cargo clippy --all-targets --all-features -- -D warnings
+
+step "cargo doc (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --quiet
+
+step "cargo test (unit, integration and doc tests)"
+cargo test --all-features
+
+step "no async runtime in the dependency tree"
+if cargo tree --all-features -e normal,build --prefix none | grep -E '^(tokio|async-std|smol|futures-executor|async-executor) '; then
+    echo "an async runtime crept into the dependency tree" >&2
+    exit 1
+fi
+echo "none"

@@ -1,0 +1,479 @@
+//! The threaded store through its handle: real threads, invariants instead of timings, and
+//! the manual clock plus the `sync` barrier instead of sleeps.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use mcp_task_store::{
+    Clock, CreateTask, ExpiryPolicy, LimitScope, ManualClock, Outcome, SessionId, Store,
+    StoreError, StoreEvent, StoreHandle, TaskId, TaskStatus, TaskStore,
+};
+use serde_json::json;
+
+fn manual_store(clock: &ManualClock) -> Store {
+    Store::builder().clock(clock.clone()).build().unwrap()
+}
+
+/// Spins (without sleeping) until `n` callers are parked in the store.
+fn until_parked(handle: &StoreHandle, n: usize) {
+    let started = Instant::now();
+    while handle.stats().unwrap().waiters < n {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "waiters never parked"
+        );
+        thread::yield_now();
+    }
+}
+
+fn walk(handle: &StoreHandle, session: Option<&SessionId>) -> Vec<TaskId> {
+    let mut ids = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = handle.list(session, cursor.as_deref()).unwrap();
+        ids.extend(page.tasks.iter().map(|t| t.task_id));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return ids,
+        }
+    }
+}
+
+#[test]
+fn eight_threads_of_mixed_operations_lose_no_update() {
+    const THREADS: usize = 8;
+    const OPS: usize = 10_000;
+    let store = Store::builder().page_size(1000).build().unwrap();
+    // Every thread adds and answers input keys on the same few tasks (a task may use at most
+    // 10,000 keys over its life, so the 16,000 keys are spread over four).
+    let shared: Vec<TaskId> = (0..4)
+        .map(|_| store.create(CreateTask::new()).unwrap().task_id)
+        .collect();
+    let start = Arc::new(Barrier::new(THREADS));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let handle = store.handle();
+            let start = start.clone();
+            let shared = shared.clone();
+            thread::spawn(move || {
+                let session = SessionId::from(format!("s{t}"));
+                let mut mine: BTreeMap<TaskId, TaskStatus> = BTreeMap::new();
+                let mut current = None;
+                start.wait();
+                for op in 0..OPS {
+                    match op % 5 {
+                        0 => {
+                            let task = handle
+                                .create(CreateTask::new().session(session.clone()))
+                                .unwrap();
+                            mine.insert(task.task_id, TaskStatus::Working);
+                            current = Some(task.task_id);
+                        }
+                        1 => {
+                            let id = current.unwrap();
+                            let message = format!("{t}:{op}");
+                            let task = handle
+                                .update_status(
+                                    id,
+                                    Some(&session),
+                                    TaskStatus::Working,
+                                    Some(message.clone()),
+                                )
+                                .unwrap();
+                            assert_eq!(task.status_message, Some(message));
+                        }
+                        2 => {
+                            let shared = shared[op / 5 % shared.len()];
+                            let key = format!("t{t}-op{op}");
+                            let mut requests = BTreeMap::new();
+                            requests.insert(key, json!({"method": "elicitation/create"}));
+                            handle.set_input_requests(shared, None, requests).unwrap();
+                        }
+                        3 => {
+                            let shared = shared[op / 5 % shared.len()];
+                            let key = format!("t{t}-op{}", op - 1);
+                            let mut responses = BTreeMap::new();
+                            responses.insert(key.clone(), json!(op));
+                            handle.resolve_input(shared, None, responses).unwrap();
+                            assert_eq!(
+                                handle.wait_input(shared, None, &key, None).unwrap(),
+                                json!(op)
+                            );
+                        }
+                        _ => {
+                            let id = current.unwrap();
+                            let final_status = if op % 10 == 4 {
+                                handle.cancel(id, Some(&session), None).unwrap();
+                                TaskStatus::Cancelled
+                            } else {
+                                let outcome = Outcome::result(json!({"thread": t, "op": op}));
+                                handle
+                                    .store_result(
+                                        id,
+                                        Some(&session),
+                                        TaskStatus::Completed,
+                                        outcome,
+                                        None,
+                                    )
+                                    .unwrap();
+                                TaskStatus::Completed
+                            };
+                            mine.insert(id, final_status);
+                        }
+                    }
+                }
+                (session, mine)
+            })
+        })
+        .collect();
+    let results: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let mut all_ids = HashSet::new();
+    for (session, mine) in &results {
+        let listed = walk(&store, Some(session));
+        assert_eq!(
+            listed.len(),
+            mine.len(),
+            "every task of {session} is listed once"
+        );
+        for id in &listed {
+            assert!(all_ids.insert(*id), "ids are unique across threads");
+            let task = store.get(*id, Some(session)).unwrap();
+            assert_eq!(task.status, mine[id], "final status of {id}");
+        }
+        let completed = mine
+            .iter()
+            .find(|(_, s)| **s == TaskStatus::Completed)
+            .unwrap()
+            .0;
+        assert!(store.get_result(*completed, Some(session)).is_ok());
+    }
+    for id in shared {
+        let shared_task = store.get_detail(id, None).unwrap();
+        assert!(
+            shared_task.input_requests.is_empty(),
+            "every input key was answered"
+        );
+        assert_eq!(shared_task.task.status, TaskStatus::Working);
+    }
+    assert_eq!(store.stats().unwrap().waiters, 0);
+}
+
+#[test]
+fn exactly_one_winner_among_racing_completions_and_cancels() {
+    let store = Store::builder().build().unwrap();
+    for round in 0..200 {
+        let id = store.create(CreateTask::new()).unwrap().task_id;
+        let start = Arc::new(Barrier::new(4));
+        let racers: Vec<_> = (0..4)
+            .map(|r| {
+                let handle = store.handle();
+                let start = start.clone();
+                thread::spawn(move || {
+                    start.wait();
+                    if r % 2 == 0 {
+                        let outcome = Outcome::result(json!({"winner": r}));
+                        match handle.store_result(id, None, TaskStatus::Completed, outcome, None) {
+                            Ok(_) => Some(r),
+                            Err(StoreError::AlreadyTerminal(_)) => None,
+                            Err(e) => panic!("round {round}: {e}"),
+                        }
+                    } else {
+                        handle
+                            .cancel(id, None, None)
+                            .unwrap()
+                            .cancelled
+                            .then_some(r)
+                    }
+                })
+            })
+            .collect();
+        let winners: Vec<usize> = racers
+            .into_iter()
+            .filter_map(|r| r.join().unwrap())
+            .collect();
+        assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");
+        let task = store.get(id, None).unwrap();
+        let winner = winners[0];
+        if winner % 2 == 0 {
+            assert_eq!(task.status, TaskStatus::Completed);
+            let stored = store.get_result(id, None).unwrap();
+            assert_eq!(stored.outcome, Outcome::result(json!({"winner": winner})));
+        } else {
+            assert_eq!(task.status, TaskStatus::Cancelled);
+        }
+    }
+}
+
+#[test]
+fn ten_parallel_creates_give_ten_distinct_ids() {
+    let store = Store::builder().build().unwrap();
+    let ids: HashSet<TaskId> = (0..10)
+        .map(|_| {
+            let handle = store.handle();
+            thread::spawn(move || handle.create(CreateTask::new()).unwrap().task_id)
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 10);
+}
+
+#[test]
+fn limits_are_exact_under_concurrency() {
+    let store = Store::builder()
+        .max_tasks(100)
+        .max_tasks_per_session(30)
+        .build()
+        .unwrap();
+    let start = Arc::new(Barrier::new(8));
+    let creators: Vec<_> = (0..8)
+        .map(|t| {
+            let handle = store.handle();
+            let start = start.clone();
+            thread::spawn(move || {
+                start.wait();
+                let mut created = 0;
+                for _ in 0..50 {
+                    match handle.create(CreateTask::new().session(format!("s{}", t % 4))) {
+                        Ok(_) => created += 1,
+                        Err(StoreError::LimitExceeded { .. }) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                (t % 4, created)
+            })
+        })
+        .collect();
+    let mut per_session = [0; 4];
+    for creator in creators {
+        let (session, created) = creator.join().unwrap();
+        per_session[session] += created;
+    }
+    assert_eq!(per_session.iter().sum::<usize>(), 100, "{per_session:?}");
+    assert!(per_session.iter().all(|&n| n <= 30), "{per_session:?}");
+    assert_eq!(store.stats().unwrap().tasks, 100);
+}
+
+#[test]
+fn fifty_concurrent_input_sets_keep_every_key_and_disjoint_resolves_resume() {
+    let store = Store::builder().build().unwrap();
+    let id = store.create(CreateTask::new()).unwrap().task_id;
+    let spawn_all = |n: usize, resolve: bool| {
+        let threads: Vec<_> = (0..n)
+            .map(|k| {
+                let handle = store.handle();
+                thread::spawn(move || {
+                    let mut map = BTreeMap::new();
+                    map.insert(format!("k{k}"), json!(k));
+                    if resolve {
+                        handle.resolve_input(id, None, map).unwrap();
+                    } else {
+                        handle.set_input_requests(id, None, map).unwrap();
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+    };
+    spawn_all(50, false);
+    assert_eq!(store.get_detail(id, None).unwrap().input_requests.len(), 50);
+    spawn_all(50, true);
+    let detail = store.get_detail(id, None).unwrap();
+    assert!(detail.input_requests.is_empty());
+    assert_eq!(detail.task.status, TaskStatus::Working);
+}
+
+#[test]
+fn callers_blocked_when_the_store_is_dropped_get_closed() {
+    let store = Store::builder().build().unwrap();
+    let id = store.create(CreateTask::new()).unwrap().task_id;
+    let mut requests = BTreeMap::new();
+    requests.insert("q".to_string(), json!({}));
+    store.set_input_requests(id, None, requests).unwrap();
+    let blocked: Vec<_> = (0..4)
+        .map(|n| {
+            let handle = store.handle();
+            thread::spawn(move || {
+                if n % 2 == 0 {
+                    handle.wait_terminal(id, None, None).map(|_| ())
+                } else {
+                    handle.wait_input(id, None, "q", None).map(|_| ())
+                }
+            })
+        })
+        .collect();
+    until_parked(&store, 4);
+    let late = store.handle();
+    drop(store);
+    for caller in blocked {
+        assert_eq!(caller.join().unwrap(), Err(StoreError::Closed));
+    }
+    assert_eq!(
+        late.get(id, None),
+        Err(StoreError::Closed),
+        "a handle outliving its store"
+    );
+    assert_eq!(late.create(CreateTask::new()), Err(StoreError::Closed));
+}
+
+/// A clock that panics once armed: a stand-in for any bug inside the owner thread.
+#[derive(Debug, Clone, Default)]
+struct TrapClock(Arc<AtomicBool>);
+
+impl Clock for TrapClock {
+    fn now(&self) -> Instant {
+        assert!(!self.0.load(Ordering::SeqCst), "trap clock sprung");
+        Instant::now()
+    }
+    fn now_utc(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+#[test]
+fn a_panic_inside_the_owner_thread_reaches_callers_as_closed() {
+    let trap = TrapClock::default();
+    let store = Store::builder().clock(trap.clone()).build().unwrap();
+    let id = store.create(CreateTask::new()).unwrap().task_id;
+    let waiter = {
+        let handle = store.handle();
+        thread::spawn(move || handle.wait_terminal(id, None, None))
+    };
+    until_parked(&store, 1);
+    trap.0.store(true, Ordering::SeqCst);
+    assert_eq!(store.get(id, None), Err(StoreError::Closed));
+    assert_eq!(waiter.join().unwrap(), Err(StoreError::Closed));
+    assert_eq!(
+        store.shutdown(),
+        Err(StoreError::Closed),
+        "shutdown reports the panic"
+    );
+}
+
+#[test]
+fn ttl_expiry_through_the_handle_with_the_manual_clock() {
+    let clock = ManualClock::new();
+    let store = Store::builder()
+        .clock(clock.clone())
+        .expiry(ExpiryPolicy::Remove)
+        .build()
+        .unwrap();
+    let id = store.create(CreateTask::new().ttl(1_000)).unwrap().task_id;
+    clock.advance(Duration::from_millis(999));
+    store.sync().unwrap();
+    assert!(store.get(id, None).is_ok());
+    assert_eq!(store.stats().unwrap().tasks, 1);
+    clock.advance(Duration::from_millis(1));
+    store.sync().unwrap();
+    assert_eq!(
+        store.stats().unwrap().tasks,
+        0,
+        "reclaimed by the barrier, untouched"
+    );
+    assert_eq!(store.get(id, None), Err(StoreError::NotFound));
+}
+
+#[test]
+fn expiry_wakes_blocked_waiters_through_the_handle() {
+    let clock = ManualClock::new();
+    let store = manual_store(&clock);
+    let id = store.create(CreateTask::new().ttl(5_000)).unwrap().task_id;
+    let waiter = {
+        let handle = store.handle();
+        thread::spawn(move || handle.wait_terminal(id, None, None))
+    };
+    until_parked(&store, 1);
+    clock.advance(Duration::from_secs(5));
+    store.sync().unwrap();
+    let task = waiter.join().unwrap().unwrap();
+    assert_eq!(
+        task.status,
+        TaskStatus::Failed,
+        "default policy fails a running task"
+    );
+}
+
+#[test]
+fn wait_timeouts_follow_the_store_clock() {
+    let clock = ManualClock::new();
+    let store = manual_store(&clock);
+    let id = store.create(CreateTask::new()).unwrap().task_id;
+    let waiter = {
+        let handle = store.handle();
+        thread::spawn(move || handle.wait_terminal(id, None, Some(Duration::from_secs(30))))
+    };
+    until_parked(&store, 1);
+    clock.advance(Duration::from_secs(29));
+    store.sync().unwrap();
+    assert_eq!(store.stats().unwrap().waiters, 1, "not before the deadline");
+    clock.advance(Duration::from_secs(1));
+    store.sync().unwrap();
+    assert_eq!(waiter.join().unwrap(), Err(StoreError::Timeout));
+}
+
+#[test]
+fn a_completion_wakes_a_blocked_waiter_with_the_task() {
+    let store = Store::builder().build().unwrap();
+    let id = store.create(CreateTask::new()).unwrap().task_id;
+    let waiter = {
+        let handle = store.handle();
+        thread::spawn(move || handle.wait_terminal(id, None, None))
+    };
+    until_parked(&store, 1);
+    store
+        .store_result(
+            id,
+            None,
+            TaskStatus::Completed,
+            Outcome::result(json!(1)),
+            None,
+        )
+        .unwrap();
+    assert_eq!(
+        waiter.join().unwrap().unwrap().status,
+        TaskStatus::Completed
+    );
+}
+
+#[test]
+fn a_slow_subscriber_never_blocks_the_store() {
+    let store = Store::builder().event_buffer(4).build().unwrap();
+    let events = store.subscribe().unwrap();
+    for _ in 0..20 {
+        store.create(CreateTask::new()).unwrap();
+    }
+    let received: Vec<StoreEvent> = events.try_iter().collect();
+    assert_eq!(received.len(), 4, "the buffer filled, the rest was dropped");
+    store.create(CreateTask::new()).unwrap();
+    let after: Vec<StoreEvent> = events.try_iter().collect();
+    assert_eq!(after.first(), Some(&StoreEvent::Lagged { missed: 16 }));
+    assert!(matches!(after.get(1), Some(StoreEvent::Status { .. })));
+}
+
+#[test]
+fn dropped_subscribers_are_forgotten() {
+    let store = Store::builder().build().unwrap();
+    drop(store.subscribe().unwrap());
+    let kept = store.subscribe().unwrap();
+    store.create(CreateTask::new()).unwrap();
+    assert_eq!(kept.try_iter().count(), 1);
+}
+
+#[test]
+fn the_handle_serves_the_store_trait() {
+    let store = Store::builder().max_tasks_per_session(1).build().unwrap();
+    let dynamic: Box<dyn TaskStore> = Box::new(store.handle());
+    let task = dynamic.create(CreateTask::new().session("x")).unwrap();
+    assert_eq!(dynamic.get(task.task_id, Some(&"x".into())).unwrap(), task);
+    assert_eq!(
+        dynamic.create(CreateTask::new().session("x")),
+        Err(StoreError::LimitExceeded {
+            scope: LimitScope::Session,
+            limit: 1
+        })
+    );
+}

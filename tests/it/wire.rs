@@ -1,0 +1,100 @@
+//! The task as MCP 2025-11-25 puts it on the wire.
+
+use mcp_task_store::{Task, TaskId, TaskStatus, Timestamp};
+use serde_json::json;
+
+fn task() -> Task {
+    Task {
+        task_id: TaskId::from_u128(0x5c1e_0000_0000_4000_8000_0000_0000_0001),
+        status: TaskStatus::InputRequired,
+        status_message: None,
+        created_at: Timestamp(1_764_066_600_000),
+        last_updated_at: Timestamp(1_764_066_660_123),
+        ttl: None,
+        poll_interval: None,
+    }
+}
+
+#[test]
+fn task_serialises_in_camel_case_with_ttl_always_present() {
+    assert_eq!(
+        serde_json::to_value(task()).unwrap(),
+        json!({
+            "taskId": "5c1e0000-0000-4000-8000-000000000001",
+            "status": "input_required",
+            "createdAt": "2025-11-25T10:30:00.000Z",
+            "lastUpdatedAt": "2025-11-25T10:31:00.123Z",
+            "ttl": null,
+        })
+    );
+}
+
+#[test]
+fn optional_fields_appear_when_set_and_round_trip() {
+    let mut full = task();
+    full.status_message = Some("waiting".into());
+    full.ttl = Some(60_000);
+    full.poll_interval = Some(5_000);
+    let value = serde_json::to_value(&full).unwrap();
+    assert_eq!(value["statusMessage"], "waiting");
+    assert_eq!(value["ttl"], 60_000);
+    assert_eq!(value["pollInterval"], 5_000);
+    assert_eq!(serde_json::from_value::<Task>(value).unwrap(), full);
+}
+
+#[test]
+fn every_status_has_its_snake_case_wire_name() {
+    let names: Vec<String> = [
+        TaskStatus::Working,
+        TaskStatus::InputRequired,
+        TaskStatus::Completed,
+        TaskStatus::Failed,
+        TaskStatus::Cancelled,
+    ]
+    .iter()
+    .map(|s| {
+        serde_json::to_value(s)
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_string()
+    })
+    .collect();
+    assert_eq!(
+        names,
+        [
+            "working",
+            "input_required",
+            "completed",
+            "failed",
+            "cancelled"
+        ]
+    );
+    assert!(serde_json::from_value::<TaskStatus>(json!("submitted")).is_err());
+}
+
+#[test]
+fn task_ids_parse_only_from_uuids() {
+    let id = TaskId::random();
+    assert_eq!(TaskId::parse(&id.to_string()), Some(id));
+    let simple = id.to_string().replace('-', "");
+    assert_eq!(TaskId::parse(&simple), Some(id), "dashless form accepted");
+    for bad in ["", "task-1", "../../etc", "5c1e", &"z".repeat(36)] {
+        assert_eq!(TaskId::parse(bad), None, "{bad:?}");
+    }
+    assert!(serde_json::from_value::<TaskId>(json!(42)).is_err());
+}
+
+#[test]
+fn random_ids_are_version_4_and_distinct() {
+    let a = TaskId::random().to_string();
+    let b = TaskId::random().to_string();
+    assert_ne!(a, b);
+    assert_eq!(a.as_bytes()[14], b'4', "UUID v4: {a}");
+}
+
+#[test]
+fn timestamps_clamp_instead_of_failing_on_hostile_values() {
+    assert_eq!(Timestamp(u64::MAX).to_string(), "9999-12-31T23:59:59.999Z");
+    assert_eq!(Timestamp(0).to_string(), "1970-01-01T00:00:00.000Z");
+}
