@@ -24,3 +24,9 @@ if cargo tree --all-features -e normal,build --prefix none | grep -E '^(tokio|as
     exit 1
 fi
 echo "none"
+
+step "interop: the official TypeScript SDK client drives mcp-task-server over stdio"
+cargo build --quiet --bin mcp-task-server
+server="$PWD/target/debug/mcp-task-server"
+MCP_SERVER_CMD="[\"$server\",\"--page-size\",\"4\",\"--poll-interval\",\"100ms\"]" \
+    bash tests/interop/ts/run.sh

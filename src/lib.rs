@@ -29,6 +29,8 @@
 
 mod error;
 pub mod model;
+pub mod protocol;
+pub mod server;
 pub mod store;
 
 pub use error::StoreError;

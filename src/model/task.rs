@@ -213,7 +213,14 @@ pub enum LimitScope {
 #[derive(Clone, PartialEq, Debug)]
 #[non_exhaustive]
 pub enum StoreEvent {
-    /// A task was created or changed status or status message.
+    /// A task was created.
+    Created {
+        /// The new task.
+        task: Task,
+        /// Its session.
+        session: Option<SessionId>,
+    },
+    /// A task changed status or status message.
     Status {
         /// The task after the change.
         task: Task,

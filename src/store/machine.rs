@@ -253,8 +253,13 @@ impl<W> StoreMachine<W> {
             extra: None,
         };
         let task = self.snapshot(id, &entry);
+        if self.events_enabled {
+            self.events.push_back(StoreEvent::Created {
+                task: task.clone(),
+                session: entry.session.clone(),
+            });
+        }
         self.tasks.insert(id, entry);
-        self.emit_status(&task, id);
         Ok(task)
     }
 

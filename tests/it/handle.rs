@@ -451,7 +451,7 @@ fn a_slow_subscriber_never_blocks_the_store() {
     store.create(CreateTask::new()).unwrap();
     let after: Vec<StoreEvent> = events.try_iter().collect();
     assert_eq!(after.first(), Some(&StoreEvent::Lagged { missed: 16 }));
-    assert!(matches!(after.get(1), Some(StoreEvent::Status { .. })));
+    assert!(matches!(after.get(1), Some(StoreEvent::Created { .. })));
 }
 
 #[test]

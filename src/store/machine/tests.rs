@@ -1557,6 +1557,10 @@ fn events_report_creation_changes_and_expiry() {
     let statuses: Vec<_> = events
         .iter()
         .map(|e| match e {
+            StoreEvent::Created { task, session } => {
+                assert_eq!(session.as_ref().map(SessionId::as_str), Some("s"));
+                format!("created {}", task.status)
+            }
             StoreEvent::Status { task, session } => {
                 assert_eq!(session.as_ref().map(SessionId::as_str), Some("s"));
                 format!("status {}", task.status)
@@ -1570,7 +1574,7 @@ fn events_report_creation_changes_and_expiry() {
         .collect();
     assert_eq!(
         statuses,
-        vec!["status working", "status input_required", "expired"]
+        vec!["created working", "status input_required", "expired"]
     );
 }
 

@@ -1,0 +1,289 @@
+//! `mcp-task-server`: an MCP server whose tools run as tasks, over stdio.
+//!
+//! With no arguments it serves MCP on stdin/stdout, as MCP clients expect when they launch
+//! a server. `--demo` launches a copy of itself and talks to it, printing the conversation.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
+
+use mcp_task_store::server::{demo, Server};
+use mcp_task_store::{ExpiryPolicy, StoreConfig};
+use serde_json::{json, Value};
+
+const HELP: &str = "\
+mcp-task-server: an MCP server whose tools run as tasks (MCP 2025-11-25), over stdio.
+
+USAGE:
+    mcp-task-server [OPTIONS]          serve MCP on stdin/stdout (what MCP clients launch)
+    mcp-task-server --demo [OPTIONS]   launch a server and show a conversation with it
+
+Store settings (durations take units: 500ms, 90s, 10m, 2h):
+    --default-ttl DURATION         TTL of tasks that request none [default: unlimited]
+    --max-ttl DURATION             cap on every task's TTL, requested or not [default: none]
+    --poll-interval DURATION       polling interval suggested to clients [default: 1s]
+    --page-size N                  tasks per tasks/list page [default: 100]
+    --max-tasks N                  most live tasks in the store [default: no limit]
+    --max-tasks-per-session N      most live tasks per session [default: no limit]
+    --expiry fail|remove           what happens to a running task whose TTL runs out:
+                                   fail it (its tool is told to stop) and remove it after
+                                   --expiry-grace, or remove it at once [default: fail]
+    --expiry-grace DURATION        how long an expired task stays readable [default: 30s]
+
+Server settings:
+    --workers N                    threads that run tools [default: 16]
+    --log LEVEL                    stderr log level: off, error, warn, info, debug [default: info]
+    -h, --help                     print this help
+    -V, --version                  print the version
+
+Tools: sleep{ms} (task optional), sleep_required{ms} (task required), fail{ms} (task
+optional; ends with a tool error), echo{text} (never a task), ask{question} (task required;
+asks the client through elicitation).
+";
+
+struct Options {
+    store: StoreConfig,
+    grace: Option<Duration>,
+    remove_on_expiry: bool,
+    workers: usize,
+    log: log::LevelFilter,
+    demo: bool,
+}
+
+fn parse_duration(flag: &str, value: &str) -> Result<Duration, String> {
+    humantime::parse_duration(value)
+        .map_err(|e| format!("{flag}: '{value}' is not a duration ({e}); try 500ms, 90s or 10m"))
+}
+
+fn parse_count(flag: &str, value: &str) -> Result<usize, String> {
+    value
+        .parse::<usize>()
+        .map_err(|_| format!("{flag}: '{value}' is not a whole number"))
+}
+
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, String> {
+    let mut options = Options {
+        store: StoreConfig::default(),
+        grace: None,
+        remove_on_expiry: false,
+        workers: 16,
+        log: log::LevelFilter::Info,
+        demo: false,
+    };
+    let mut args = args.peekable();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => {
+                (flag.to_string(), Some(value.to_string()))
+            }
+            _ => (arg.clone(), None),
+        };
+        let mut value = || -> Result<String, String> {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match flag.as_str() {
+            "-h" | "--help" => {
+                print!("{HELP}");
+                return Ok(None);
+            }
+            "-V" | "--version" => {
+                println!("mcp-task-server {}", env!("CARGO_PKG_VERSION"));
+                return Ok(None);
+            }
+            "--demo" => options.demo = true,
+            "--default-ttl" => options.store.default_ttl = Some(parse_duration(&flag, &value()?)?),
+            "--max-ttl" => options.store.max_ttl = Some(parse_duration(&flag, &value()?)?),
+            "--poll-interval" => options.store.poll_interval = parse_duration(&flag, &value()?)?,
+            "--page-size" => options.store.page_size = parse_count(&flag, &value()?)?,
+            "--max-tasks" => options.store.max_tasks = Some(parse_count(&flag, &value()?)?),
+            "--max-tasks-per-session" => {
+                options.store.max_tasks_per_session = Some(parse_count(&flag, &value()?)?)
+            }
+            "--expiry" => match value()?.as_str() {
+                "fail" => options.remove_on_expiry = false,
+                "remove" => options.remove_on_expiry = true,
+                other => {
+                    return Err(format!(
+                        "--expiry: '{other}' is neither 'fail' nor 'remove'"
+                    ))
+                }
+            },
+            "--expiry-grace" => options.grace = Some(parse_duration(&flag, &value()?)?),
+            "--workers" => options.workers = parse_count(&flag, &value()?)?,
+            "--log" => {
+                options.log = value()?
+                    .parse()
+                    .map_err(|_| "--log: use off, error, warn, info or debug".to_string())?
+            }
+            other => return Err(format!("unknown argument '{other}'")),
+        }
+    }
+    options.store.expiry = match (options.remove_on_expiry, options.grace) {
+        (true, _) => ExpiryPolicy::Remove,
+        (false, Some(grace)) => ExpiryPolicy::Fail { grace },
+        (false, None) => ExpiryPolicy::default(),
+    };
+    options.store.validate().map_err(|e| e.to_string())?;
+    Ok(Some(options))
+}
+
+/// Writes log records to stderr as `mcp-task-server: message`, so stdout stays protocol only.
+struct StderrLogger;
+
+impl log::Log for StderrLogger {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::max_level()
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "mcp-task-server: {}",
+                record.args()
+            );
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+fn main() -> ExitCode {
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    let options = match parse_args(raw.clone().into_iter()) {
+        Ok(Some(options)) => options,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("mcp-task-server: {message}\nTry 'mcp-task-server --help'.");
+            return ExitCode::from(2);
+        }
+    };
+    let _ = log::set_logger(&StderrLogger);
+    log::set_max_level(options.log);
+    if options.demo {
+        let server_args: Vec<String> = raw.into_iter().filter(|a| a != "--demo").collect();
+        return match run_demo(&server_args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("mcp-task-server --demo: {message}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let mut builder = Server::builder()
+        .store_config(options.store)
+        .workers(options.workers);
+    for tool in demo::tools() {
+        builder = builder.tool(tool);
+    }
+    let server = match builder.build() {
+        Ok(server) => server,
+        Err(e) => {
+            eprintln!("mcp-task-server: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    log::info!("serving MCP 2025-11-25 tasks on stdio");
+    match server.serve_stdio() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mcp-task-server: stdio failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The demo's side of the conversation: sends requests and prints both directions.
+struct DemoClient {
+    to_server: std::process::ChildStdin,
+    from_server: BufReader<std::process::ChildStdout>,
+    next_id: u64,
+}
+
+impl DemoClient {
+    fn call(&mut self, method: &str, params: Value) -> Result<Value, String> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        println!("client -> {request}");
+        writeln!(self.to_server, "{request}").map_err(|e| e.to_string())?;
+        loop {
+            let mut line = String::new();
+            if self
+                .from_server
+                .read_line(&mut line)
+                .map_err(|e| e.to_string())?
+                == 0
+            {
+                return Err("the server closed its output".into());
+            }
+            let message: Value = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+            println!("server <- {}", line.trim_end());
+            if message.get("id") == Some(&json!(id)) {
+                return Ok(message);
+            }
+        }
+    }
+}
+
+fn task_id_of(created: &Value) -> Result<String, String> {
+    created
+        .pointer("/result/task/taskId")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| format!("no task in the reply: {created}"))
+}
+
+/// A scripted client: launches this binary as a server and prints both sides.
+fn run_demo(server_args: &[String]) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .args(server_args)
+        .args(["--log", "warn"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot launch the server: {e}"))?;
+    let mut client = DemoClient {
+        to_server: child.stdin.take().ok_or("no stdin")?,
+        from_server: BufReader::new(child.stdout.take().ok_or("no stdout")?),
+        next_id: 0,
+    };
+    println!("# 1. Handshake: the server declares task support.");
+    client.call(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "demo", "version": "1"}}),
+    )?;
+    println!("\n# 2. The tools, with their execution.taskSupport.");
+    client.call("tools/list", json!({}))?;
+    println!(
+        "\n# 3. A task-augmented call returns a task at once; the work runs in the background."
+    );
+    let created = client.call(
+        "tools/call",
+        json!({"name": "sleep", "arguments": {"ms": 1500}, "task": {"ttl": 60000}}),
+    )?;
+    let id = task_id_of(&created)?;
+    println!("\n# 4. Poll it (status notifications may arrive in between).");
+    client.call("tasks/get", json!({"taskId": id}))?;
+    println!("\n# 5. tasks/result blocks until the task is done, then returns the tool's result.");
+    client.call("tasks/result", json!({"taskId": id}))?;
+    println!("\n# 6. Cancel a long task; cancelling it again is an error (-32602).");
+    let long = client.call(
+        "tools/call",
+        json!({"name": "sleep", "arguments": {"ms": 600000}, "task": {}}),
+    )?;
+    let long_id = task_id_of(&long)?;
+    client.call("tasks/cancel", json!({"taskId": long_id}))?;
+    client.call("tasks/cancel", json!({"taskId": long_id}))?;
+    println!("\n# 7. Every task of this client, one page at a time.");
+    client.call("tasks/list", json!({}))?;
+    drop(client); // closes the server's stdin: it exits
+    let _ = child.wait();
+    println!("\nTo serve a real MCP client, launch `mcp-task-server` (no arguments) from its configuration.");
+    Ok(())
+}

@@ -1,0 +1,248 @@
+//! JSON-RPC 2.0 framing as MCP uses it: ids are strings or integers, params are objects,
+//! batches are not part of MCP any more.
+
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// Invalid JSON was received.
+pub const PARSE_ERROR: i64 = -32700;
+/// The JSON sent is not a valid request object.
+pub const INVALID_REQUEST: i64 = -32600;
+/// The method does not exist or is not available.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// Invalid method parameters (also: unknown task, bad cursor).
+pub const INVALID_PARAMS: i64 = -32602;
+/// Internal error.
+pub const INTERNAL_ERROR: i64 = -32603;
+
+/// A request id: a string or an integer, echoed back verbatim.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RequestId {
+    /// An integer id.
+    Number(i64),
+    /// A string id.
+    String(String),
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestId::Number(n) => write!(f, "{n}"),
+            RequestId::String(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+/// A JSON-RPC error object.
+#[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+pub struct RpcError {
+    /// The error code.
+    pub code: i64,
+    /// A short description.
+    pub message: String,
+    /// Optional detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    /// An error with a code and a message.
+    pub fn new(code: i64, message: impl Into<String>) -> RpcError {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    /// -32700.
+    pub fn parse_error(detail: impl fmt::Display) -> RpcError {
+        RpcError::new(PARSE_ERROR, format!("Parse error: {detail}"))
+    }
+
+    /// -32600.
+    pub fn invalid_request(detail: impl fmt::Display) -> RpcError {
+        RpcError::new(INVALID_REQUEST, format!("Invalid request: {detail}"))
+    }
+
+    /// -32601.
+    pub fn method_not_found(method: &str) -> RpcError {
+        RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {method}"))
+    }
+
+    /// -32602.
+    pub fn invalid_params(detail: impl fmt::Display) -> RpcError {
+        RpcError::new(INVALID_PARAMS, format!("Invalid params: {detail}"))
+    }
+
+    /// -32603.
+    pub fn internal(detail: impl fmt::Display) -> RpcError {
+        RpcError::new(INTERNAL_ERROR, format!("Internal error: {detail}"))
+    }
+
+    /// Attaches `data`.
+    pub fn with_data(mut self, data: Value) -> RpcError {
+        self.data = Some(data);
+        self
+    }
+
+    /// The error as a JSON value (what a stored task outcome holds).
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_else(|_| json!({"code": self.code, "message": ""}))
+    }
+
+    /// Reads an error object back; anything malformed becomes an internal error.
+    pub fn from_value(value: &Value) -> RpcError {
+        serde_json::from_value(value.clone())
+            .unwrap_or_else(|_| RpcError::internal("malformed error object"))
+    }
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for RpcError {}
+
+/// A request: it has an id and wants a response.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Request {
+    /// The id to answer with.
+    pub id: RequestId,
+    /// The method name.
+    pub method: String,
+    /// The params object, if any.
+    pub params: Option<Value>,
+}
+
+/// A notification: no id, no response.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Notification {
+    /// The method name.
+    pub method: String,
+    /// The params object, if any.
+    pub params: Option<Value>,
+}
+
+/// A response to a request we sent.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Response {
+    /// The id of the request it answers.
+    pub id: RequestId,
+    /// The result, or the error.
+    pub outcome: Result<Value, RpcError>,
+}
+
+/// Any incoming message.
+#[derive(Clone, PartialEq, Debug)]
+pub enum Message {
+    /// A request.
+    Request(Request),
+    /// A notification.
+    Notification(Notification),
+    /// A response.
+    Response(Response),
+}
+
+/// A message that could not be understood, with the error response to send back (if the
+/// message had a usable id, the response carries it; otherwise the id is `null`).
+#[derive(Clone, PartialEq, Debug)]
+pub struct Rejected {
+    /// The id to answer with, if one could be read.
+    pub id: Option<RequestId>,
+    /// Why the message was rejected.
+    pub error: RpcError,
+}
+
+/// Parses one JSON-RPC message.
+pub fn parse_message(text: &str) -> Result<Message, Rejected> {
+    let value: Value = serde_json::from_str(text).map_err(|e| Rejected {
+        id: None,
+        error: RpcError::parse_error(e),
+    })?;
+    classify(value)
+}
+
+/// Classifies an already-parsed JSON value as a message.
+pub fn classify(value: Value) -> Result<Message, Rejected> {
+    let reject = |id: Option<RequestId>, why: &str| Rejected {
+        id,
+        error: RpcError::invalid_request(why),
+    };
+    let mut object = match value {
+        Value::Object(object) => object,
+        Value::Array(_) => return Err(reject(None, "batches are not supported")),
+        _ => return Err(reject(None, "a message must be a JSON object")),
+    };
+    let id = match object.remove("id") {
+        None => None,
+        Some(raw) => match serde_json::from_value::<RequestId>(raw) {
+            Ok(id) => Some(id),
+            Err(_) => return Err(reject(None, "id must be a string or an integer")),
+        },
+    };
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(reject(id, "jsonrpc must be \"2.0\""));
+    }
+    let params = match object.remove("params") {
+        None | Some(Value::Null) => None,
+        Some(params @ Value::Object(_)) => Some(params),
+        Some(_) => {
+            return Err(Rejected {
+                id,
+                error: RpcError::invalid_params("params must be an object"),
+            })
+        }
+    };
+    match (object.remove("method"), id) {
+        (Some(Value::String(method)), Some(id)) => {
+            Ok(Message::Request(Request { id, method, params }))
+        }
+        (Some(Value::String(method)), None) => {
+            Ok(Message::Notification(Notification { method, params }))
+        }
+        (Some(_), id) => Err(reject(id, "method must be a string")),
+        (None, Some(id)) => {
+            let outcome = match (object.remove("result"), object.remove("error")) {
+                (Some(result), None) => Ok(result),
+                (None, Some(error)) => Err(RpcError::from_value(&error)),
+                _ => return Err(reject(Some(id), "a response needs result or error")),
+            };
+            Ok(Message::Response(Response { id, outcome }))
+        }
+        (None, None) => Err(reject(None, "missing method")),
+    }
+}
+
+/// Deserialises a params object into `T`; missing params count as `{}`. Unknown fields are
+/// tolerated (real clients send extra ones).
+pub fn params<T: DeserializeOwned>(params: Option<Value>) -> Result<T, RpcError> {
+    let value = params.unwrap_or_else(|| Value::Object(Map::new()));
+    serde_json::from_value(value).map_err(RpcError::invalid_params)
+}
+
+/// A success response.
+pub fn response(id: &RequestId, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// An error response; `id` is `null` when the request's id could not be read.
+pub fn error_response(id: Option<&RequestId>, error: &RpcError) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": error})
+}
+
+/// A request message.
+pub fn request(id: &RequestId, method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+/// A notification message.
+pub fn notification(method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "method": method, "params": params})
+}

@@ -1,0 +1,207 @@
+//! MCP 2025-11-25 tasks: the `tasks/*` methods, the create result, status notifications
+//! and the related-task `_meta`, rendered from the store's records.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::errors::rpc_error;
+use super::jsonrpc::{self, RpcError, INTERNAL_ERROR, INVALID_PARAMS};
+use crate::model::{Outcome, SessionId, Task, TaskId, TaskStatus};
+use crate::{StoreError, TaskStore};
+
+/// The protocol revision this module speaks.
+pub const PROTOCOL_VERSION: &str = "2025-11-25";
+/// The `_meta` key that ties a message to a task.
+pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// The server's `capabilities.tasks` object.
+pub fn capabilities() -> Value {
+    json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}})
+}
+
+/// The `tools/call` reply when a task was created: `{task: Task}`.
+pub fn create_result(task: &Task) -> Value {
+    json!({ "task": task })
+}
+
+/// `notifications/tasks/status` for a task (the params are the task, flat).
+pub fn status_notification(task: &Task) -> Value {
+    jsonrpc::notification("notifications/tasks/status", json!(task))
+}
+
+/// `{"io.modelcontextprotocol/related-task": {"taskId": ...}}`.
+pub fn related_task(id: TaskId) -> Value {
+    json!({ RELATED_TASK: { "taskId": id } })
+}
+
+/// Adds the related-task entry to an object's `_meta`, keeping what is already there.
+pub fn with_related_task(mut value: Value, id: TaskId) -> Value {
+    if let Value::Object(object) = &mut value {
+        let meta = object
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !meta.is_object() {
+            *meta = Value::Object(Map::new());
+        }
+        if let Value::Object(meta) = meta {
+            meta.insert(RELATED_TASK.into(), json!({ "taskId": id }));
+        }
+    }
+    value
+}
+
+/// How a finished `tools/call` settles its task under this revision: a tool result with
+/// `isError: true` ends `failed` (and `tasks/result` still returns that result); a JSON-RPC
+/// error ends `failed` with the error. A failed task gets a status message with the
+/// diagnostics (the tool's first text block, or the error message).
+pub fn settle(outcome: Result<Value, RpcError>) -> (TaskStatus, Outcome, Option<String>) {
+    match outcome {
+        Ok(result) => {
+            if result.get("isError").and_then(Value::as_bool) != Some(true) {
+                return (TaskStatus::Completed, Outcome::result(result), None);
+            }
+            let text = result
+                .pointer("/content/0/text")
+                .and_then(Value::as_str)
+                .unwrap_or("the tool reported an error");
+            let message = format!("Tool error: {text}");
+            (TaskStatus::Failed, Outcome::result(result), Some(message))
+        }
+        Err(error) => {
+            let message = error.message.clone();
+            (
+                TaskStatus::Failed,
+                Outcome::error(error.to_value()),
+                Some(message),
+            )
+        }
+    }
+}
+
+/// The `params.task` of a task-augmented request.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct TaskMetadata {
+    /// Requested TTL in milliseconds.
+    #[serde(default)]
+    pub ttl: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskIdParams {
+    task_id: String,
+}
+
+#[derive(Deserialize)]
+struct ListParams {
+    #[serde(default)]
+    cursor: Option<String>,
+}
+
+fn task_id(params: Option<Value>) -> Result<TaskId, RpcError> {
+    let TaskIdParams { task_id } = jsonrpc::params(params)?;
+    TaskId::parse(&task_id).ok_or_else(|| rpc_error(&StoreError::NotFound))
+}
+
+/// True for the methods [`handle`] serves.
+pub fn is_tasks_method(method: &str) -> bool {
+    matches!(
+        method,
+        "tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel"
+    )
+}
+
+/// Serves `tasks/get`, `tasks/list`, `tasks/cancel` and `tasks/result` for `session`.
+/// `tasks/result` blocks until the task is terminal. `None` for any other method.
+pub fn handle(
+    store: &dyn TaskStore,
+    session: Option<&SessionId>,
+    method: &str,
+    params: Option<Value>,
+) -> Option<Result<Value, RpcError>> {
+    let result = match method {
+        "tasks/get" => get(store, session, params),
+        "tasks/list" => list(store, session, params),
+        "tasks/cancel" => cancel(store, session, params),
+        "tasks/result" => result(store, session, params),
+        _ => return None,
+    };
+    Some(result)
+}
+
+fn get(
+    store: &dyn TaskStore,
+    session: Option<&SessionId>,
+    params: Option<Value>,
+) -> Result<Value, RpcError> {
+    let id = task_id(params)?;
+    Ok(json!(store.get(id, session)?))
+}
+
+fn list(
+    store: &dyn TaskStore,
+    session: Option<&SessionId>,
+    params: Option<Value>,
+) -> Result<Value, RpcError> {
+    let ListParams { cursor } = jsonrpc::params(params)?;
+    let page = store.list(session, cursor.as_deref())?;
+    let mut result = json!({ "tasks": page.tasks });
+    if let Some(next) = page.next_cursor {
+        result["nextCursor"] = json!(next);
+    }
+    Ok(result)
+}
+
+fn cancel(
+    store: &dyn TaskStore,
+    session: Option<&SessionId>,
+    params: Option<Value>,
+) -> Result<Value, RpcError> {
+    let id = task_id(params)?;
+    let outcome = store.cancel(id, session, Some("Cancelled by requestor".into()))?;
+    if !outcome.cancelled {
+        return Err(RpcError::new(
+            INVALID_PARAMS,
+            format!(
+                "Cannot cancel task: already in terminal status '{}'",
+                outcome.task.status
+            ),
+        ));
+    }
+    Ok(json!(outcome.task))
+}
+
+fn result(
+    store: &dyn TaskStore,
+    session: Option<&SessionId>,
+    params: Option<Value>,
+) -> Result<Value, RpcError> {
+    let id = task_id(params)?;
+    let task = store.wait_terminal(id, session, None)?;
+    match store.get_result(id, session) {
+        Ok(stored) => match stored.outcome {
+            Outcome::Result(value) => Ok(with_related_task((*value).clone(), id)),
+            Outcome::Error(error) => Err(RpcError::from_value(&error)),
+        },
+        Err(StoreError::NoResult { status }) => Err(no_result(&task, status)),
+        Err(other) => Err(rpc_error(&other)),
+    }
+}
+
+/// The error `tasks/result` answers for a terminal task without an outcome: -32602 for a
+/// cancelled task (there is nothing to return), -32603 for one that failed by expiring.
+fn no_result(task: &Task, status: TaskStatus) -> RpcError {
+    let id = task.task_id;
+    match status {
+        TaskStatus::Cancelled => RpcError::new(
+            INVALID_PARAMS,
+            format!("Task {id} was cancelled and has no result"),
+        ),
+        _ => RpcError::new(
+            INTERNAL_ERROR,
+            task.status_message
+                .clone()
+                .unwrap_or_else(|| format!("Task {id} ended '{status}' without a result")),
+        ),
+    }
+}

@@ -1,0 +1,211 @@
+//! The server layer: a registry of tools, a bounded worker pool that runs them (as tasks
+//! or inline), per-connection state, and transports.
+//!
+//! ```no_run
+//! use mcp_task_store::server::{text_result, Server, TaskSupport, Tool};
+//! use serde_json::json;
+//!
+//! let slow = Tool::new(
+//!     "report",
+//!     "Builds a report; runs as a task",
+//!     json!({"type": "object", "properties": {"pages": {"type": "integer"}}}),
+//!     TaskSupport::Optional,
+//!     |args, ctx| {
+//!         let pages = args["pages"].as_u64().unwrap_or(1);
+//!         for page in 1..=pages {
+//!             ctx.set_status_message(format!("page {page} of {pages}")).ok();
+//!             ctx.sleep(std::time::Duration::from_millis(100))?; // stops early on cancel
+//!         }
+//!         Ok(text_result(format!("{pages} pages")))
+//!     },
+//! );
+//! let server = Server::builder().tool(slow).build()?;
+//! server.serve_stdio()?; // MCP over stdin/stdout until the client closes it
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod connection;
+mod context;
+pub mod demo;
+mod pool;
+mod stdio;
+mod tools;
+
+use std::sync::Arc;
+
+pub use connection::{Connection, Responder, SUPPORTED_VERSIONS};
+pub use context::{Cancelled, ClientPeer, TaskContext};
+pub use tools::{error_result, text_result, TaskSupport, Tool, ToolRegistry, ToolResult};
+
+use crate::store::{Store, StoreConfig};
+use crate::{StoreError, TaskStore};
+use pool::WorkerPool;
+
+/// What every connection of a server shares.
+pub(crate) struct ServerCore {
+    pub(crate) store: Arc<dyn TaskStore>,
+    pub(crate) tools: ToolRegistry,
+    pub(crate) pool: WorkerPool,
+    pub(crate) name: String,
+    pub(crate) version: String,
+    /// The embedded store, when the server made its own; dropped (and joined) last.
+    _owned_store: Option<Store>,
+}
+
+/// An MCP server whose tools can run as tasks. Cheap to clone.
+#[derive(Clone)]
+pub struct Server {
+    core: Arc<ServerCore>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("name", &self.core.name)
+            .field("tools", &self.core.tools)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`Server`].
+pub struct ServerBuilder {
+    store: Option<Arc<dyn TaskStore>>,
+    store_config: StoreConfig,
+    tools: ToolRegistry,
+    workers: usize,
+    queue: usize,
+    name: String,
+    version: String,
+}
+
+impl std::fmt::Debug for ServerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerBuilder")
+            .field("store_config", &self.store_config)
+            .field("tools", &self.tools)
+            .field("workers", &self.workers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for ServerBuilder {
+    fn default() -> Self {
+        ServerBuilder {
+            store: None,
+            store_config: StoreConfig::default(),
+            tools: ToolRegistry::new(),
+            workers: 16,
+            queue: 1024,
+            name: env!("CARGO_PKG_NAME").to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
+impl ServerBuilder {
+    /// Adds a tool.
+    pub fn tool(mut self, tool: Tool) -> Self {
+        self.tools.register(tool);
+        self
+    }
+
+    /// Uses an existing store (any [`TaskStore`]) instead of starting an embedded one.
+    pub fn store(mut self, store: Arc<dyn TaskStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Configuration of the embedded store (ignored when [`store`](Self::store) is set).
+    pub fn store_config(mut self, config: StoreConfig) -> Self {
+        self.store_config = config;
+        self
+    }
+
+    /// Worker threads that run tools (default 16).
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers;
+        self
+    }
+
+    /// Calls that may wait for a worker before the server answers "busy" (default 1024).
+    pub fn queue(mut self, queue: usize) -> Self {
+        self.queue = queue;
+        self
+    }
+
+    /// The name and version reported in `serverInfo`.
+    pub fn info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        self.name = name.into();
+        self.version = version.into();
+        self
+    }
+
+    /// Starts the embedded store if needed and the worker pool.
+    pub fn build(self) -> Result<Server, StoreError> {
+        if self.workers == 0 || self.queue == 0 {
+            return Err(StoreError::InvalidConfig {
+                field: if self.workers == 0 {
+                    "workers"
+                } else {
+                    "queue"
+                },
+                reason: "must be at least 1".into(),
+            });
+        }
+        let (store, owned): (Arc<dyn TaskStore>, Option<Store>) = match self.store {
+            Some(store) => (store, None),
+            None => {
+                let owned = Store::start(self.store_config)?;
+                (Arc::new(owned.handle()), Some(owned))
+            }
+        };
+        Ok(Server {
+            core: Arc::new(ServerCore {
+                store,
+                tools: self.tools,
+                pool: WorkerPool::new(self.workers, self.queue),
+                name: self.name,
+                version: self.version,
+                _owned_store: owned,
+            }),
+        })
+    }
+}
+
+impl Server {
+    /// A builder with no tools and an embedded store with the default configuration.
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder::default()
+    }
+
+    /// The store behind the server.
+    pub fn store(&self) -> Arc<dyn TaskStore> {
+        self.core.store.clone()
+    }
+
+    /// A new connection whose outgoing messages (server-to-client requests and
+    /// notifications) go to `outgoing`; `session` scopes the tasks it sees.
+    pub fn connect(
+        &self,
+        outgoing: crossbeam_channel::Sender<serde_json::Value>,
+        session: Option<crate::SessionId>,
+    ) -> Arc<Connection> {
+        Connection::new(self.core.clone(), outgoing, session)
+    }
+
+    /// Serves MCP over this process's stdin and stdout until stdin closes.
+    pub fn serve_stdio(&self) -> std::io::Result<()> {
+        let stdin = std::io::stdin();
+        stdio::serve(self, stdin.lock(), std::io::stdout())
+    }
+
+    /// Serves MCP over any line-oriented reader and writer (newline-delimited JSON-RPC)
+    /// until the reader reaches its end.
+    pub fn serve_lines(
+        &self,
+        input: impl std::io::BufRead,
+        output: impl std::io::Write + Send + 'static,
+    ) -> std::io::Result<()> {
+        stdio::serve(self, input, output)
+    }
+}

@@ -1,0 +1,218 @@
+//! Newline-delimited JSON-RPC over a reader and a writer: the caller's thread reads, one
+//! thread writes, one thread turns store events into notifications. Nothing but protocol
+//! goes to the writer.
+
+use std::io::{self, BufRead, BufWriter, Write};
+use std::thread;
+
+use crossbeam_channel::{select, Receiver};
+use serde_json::Value;
+
+use super::Server;
+use crate::protocol::jsonrpc::{self, RpcError};
+
+/// Longest message accepted, in bytes; longer lines are refused with -32600 and skipped
+/// without being held in memory.
+pub(crate) const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+
+enum Line {
+    Complete,
+    TooLong,
+    End,
+}
+
+/// Reads one line into `buf` (without the newline), never keeping more than `max` bytes.
+fn read_line(input: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::Result<Line> {
+    buf.clear();
+    let mut too_long = false;
+    loop {
+        let chunk = match input.fill_buf() {
+            Ok(chunk) => chunk,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok(match (too_long, buf.is_empty()) {
+                (true, _) => Line::TooLong,
+                (false, true) => Line::End,
+                (false, false) => Line::Complete,
+            });
+        }
+        let (taken, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(pos) => (pos, true),
+            None => (chunk.len(), false),
+        };
+        if !too_long {
+            if buf.len() + taken > max {
+                too_long = true;
+                buf.clear();
+            } else {
+                buf.extend_from_slice(&chunk[..taken]);
+            }
+        }
+        input.consume(if done { taken + 1 } else { taken });
+        if done {
+            return Ok(if too_long {
+                Line::TooLong
+            } else {
+                Line::Complete
+            });
+        }
+    }
+}
+
+pub(crate) fn serve(
+    server: &Server,
+    mut input: impl BufRead,
+    output: impl Write + Send + 'static,
+) -> io::Result<()> {
+    let (outgoing, to_write) = crossbeam_channel::unbounded::<Value>();
+    let (flush_tx, flush_rx) = crossbeam_channel::bounded::<crossbeam_channel::Sender<()>>(1);
+    thread::Builder::new()
+        .name("mcp-stdio-writer".into())
+        .spawn(move || write_all(output, to_write, flush_rx))?;
+    let connection = server.connect(outgoing.clone(), None);
+    let events = server
+        .store()
+        .subscribe()
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let notifier = {
+        let connection = connection.clone();
+        thread::Builder::new()
+            .name("mcp-stdio-events".into())
+            .spawn(move || loop {
+                select! {
+                    recv(events) -> event => match event {
+                        Ok(event) => connection.handle_store_event(&event),
+                        Err(_) => return,
+                    },
+                    recv(stop_rx) -> _ => return,
+                }
+            })?
+    };
+    let mut buf = Vec::new();
+    let result = loop {
+        let line = match read_line(&mut input, &mut buf, MAX_MESSAGE_BYTES) {
+            Ok(line) => line,
+            Err(e) => break Err(e),
+        };
+        let respond = {
+            let outgoing = outgoing.clone();
+            Box::new(move |message: Value| {
+                let _ = outgoing.send(message);
+            })
+        };
+        match line {
+            Line::End => break Ok(()),
+            Line::TooLong => respond(jsonrpc::error_response(
+                None,
+                &RpcError::invalid_request(format!(
+                    "message larger than {MAX_MESSAGE_BYTES} bytes"
+                )),
+            )),
+            Line::Complete => {
+                let text = match std::str::from_utf8(&buf) {
+                    Ok(text) => text.trim(),
+                    Err(e) => {
+                        respond(jsonrpc::error_response(None, &RpcError::parse_error(e)));
+                        continue;
+                    }
+                };
+                if !text.is_empty() {
+                    connection.handle_text(text, respond);
+                }
+            }
+        }
+    };
+    connection.close();
+    drop(stop_tx);
+    let _ = notifier.join();
+    // Tools still running keep the writer alive until they finish; don't wait for them, but
+    // make sure every answer already queued is written before returning.
+    let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+    if flush_tx.send(done_tx).is_ok() {
+        let _ = done_rx.recv_timeout(std::time::Duration::from_secs(5));
+    }
+    result
+}
+
+fn write_all(
+    output: impl Write,
+    messages: Receiver<Value>,
+    mut flush: Receiver<crossbeam_channel::Sender<()>>,
+) {
+    let mut output = BufWriter::new(output);
+    let write = |output: &mut BufWriter<_>, message: &Value| -> io::Result<()> {
+        serde_json::to_writer(&mut *output, message)?;
+        output.write_all(b"\n")
+    };
+    loop {
+        select! {
+            recv(messages) -> message => {
+                let Ok(message) = message else { break };
+                if write(&mut output, &message).is_err() {
+                    return;
+                }
+                // Flush when nothing else is queued, so bursts share one write.
+                if messages.is_empty() && output.flush().is_err() {
+                    return;
+                }
+            }
+            recv(flush) -> done => {
+                let Ok(done) = done else {
+                    // Nobody will ask again; stop listening rather than spin.
+                    flush = crossbeam_channel::never();
+                    continue;
+                };
+                for message in messages.try_iter() {
+                    if write(&mut output, &message).is_err() {
+                        break;
+                    }
+                }
+                let _ = output.flush();
+                let _ = done.send(());
+            }
+        }
+    }
+    let _ = output.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(input: &[u8], max: usize) -> Vec<Result<String, &'static str>> {
+        let mut reader = io::BufReader::with_capacity(4, input);
+        let mut buf = Vec::new();
+        let mut out = Vec::new();
+        loop {
+            match read_line(&mut reader, &mut buf, max).unwrap() {
+                Line::Complete => out.push(Ok(String::from_utf8(buf.clone()).unwrap())),
+                Line::TooLong => out.push(Err("too long")),
+                Line::End => return out,
+            }
+        }
+    }
+
+    #[test]
+    fn lines_are_split_on_newlines_across_buffer_boundaries() {
+        assert_eq!(
+            lines(b"abc\ndefghij\n\nk", 100),
+            vec![
+                Ok("abc".into()),
+                Ok("defghij".into()),
+                Ok("".into()),
+                Ok("k".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn an_overlong_line_is_refused_and_the_next_one_still_read() {
+        assert_eq!(
+            lines(b"0123456789\nok\n0123456789", 5),
+            vec![Err("too long"), Ok("ok".into()), Err("too long")]
+        );
+    }
+}
