@@ -2,4 +2,6 @@
 
 mod handle;
 mod model;
+mod server;
+mod stdio;
 mod wire;

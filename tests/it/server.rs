@@ -1,0 +1,568 @@
+//! The server's dispatcher without the binary: every method and error path, tools run as
+//! tasks, elicitation round trips, cancellation and expiry, through a `Connection` whose
+//! responses and outgoing messages land on channels.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+use mcp_task_store::protocol::RpcError;
+use mcp_task_store::server::{demo, text_result, Connection, Server, TaskSupport, Tool};
+use mcp_task_store::{ManualClock, Store, StoreHandle};
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+struct Harness {
+    server: Server,
+    connection: Arc<Connection>,
+    /// Server-to-client requests and notifications.
+    outgoing: Receiver<Value>,
+    responses: (Sender<Value>, Receiver<Value>),
+    next_id: i64,
+    _store: Option<Store>,
+}
+
+fn boom_tool() -> Tool {
+    Tool::new(
+        "boom",
+        "Fails with a JSON-RPC error",
+        json!({"type": "object"}),
+        TaskSupport::Optional,
+        |_, _| Err(RpcError::new(-32000, "boom").with_data(json!({"why": "testing"}))),
+    )
+}
+
+fn panic_tool() -> Tool {
+    Tool::new(
+        "panic",
+        "Panics",
+        json!({"type": "object"}),
+        TaskSupport::Optional,
+        |_, _| panic!("tool bug"),
+    )
+}
+
+fn progress_tool() -> Tool {
+    Tool::new(
+        "progress",
+        "Sets a status message",
+        json!({"type": "object"}),
+        TaskSupport::Required,
+        |_, ctx| {
+            ctx.set_status_message("half way")
+                .map_err(|e| RpcError::internal(e))?;
+            let task = ctx.task_id().expect("runs as a task");
+            Ok(text_result(task.to_string()))
+        },
+    )
+}
+
+impl Harness {
+    fn with_store(store: Option<StoreHandle>, page_size: usize) -> Harness {
+        let mut builder = Server::builder().workers(4);
+        builder = match store {
+            Some(handle) => builder.store(Arc::new(handle)),
+            None => builder.store_config(mcp_task_store::StoreConfig {
+                page_size,
+                ..Default::default()
+            }),
+        };
+        for tool in demo::tools()
+            .into_iter()
+            .chain([boom_tool(), panic_tool(), progress_tool()])
+        {
+            builder = builder.tool(tool);
+        }
+        let server = builder.build().unwrap();
+        let (tx, outgoing) = crossbeam_channel::unbounded();
+        let connection = server.connect(tx, None);
+        Harness {
+            server,
+            connection,
+            outgoing,
+            responses: crossbeam_channel::unbounded(),
+            next_id: 0,
+            _store: None,
+        }
+    }
+
+    fn new() -> Harness {
+        Harness::with_store(None, 100)
+    }
+
+    /// Sends raw text; returns the response (waiting for asynchronous answers).
+    fn send_text(&self, text: &str) -> Value {
+        let responses = self.responses.0.clone();
+        self.connection
+            .handle_text(text, Box::new(move |v| responses.send(v).unwrap()));
+        self.responses.1.recv_timeout(WAIT).expect("a response")
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let text =
+            json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
+        let response = self.send_text(&text.to_string());
+        assert_eq!(response["id"], json!(self.next_id), "{response}");
+        response
+    }
+
+    fn result(&mut self, method: &str, params: Value) -> Value {
+        let response = self.request(method, params);
+        assert!(response.get("error").is_none(), "{method}: {response}");
+        response["result"].clone()
+    }
+
+    fn error_code(&mut self, method: &str, params: Value) -> i64 {
+        let response = self.request(method, params);
+        response["error"]["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{method}: no error in {response}"))
+    }
+
+    fn initialize(&mut self, capabilities: Value) -> Value {
+        self.result(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "t", "version": "0"}}),
+        )
+    }
+
+    fn start(&mut self, tool: &str, arguments: Value) -> String {
+        let created = self.result(
+            "tools/call",
+            json!({"name": tool, "arguments": arguments, "task": {"ttl": 60000}}),
+        );
+        assert_eq!(created["task"]["status"], "working", "{created}");
+        created["task"]["taskId"].as_str().unwrap().to_string()
+    }
+
+    /// Feeds the store's events to the connection, as the stdio transport does.
+    fn pump_events(&self) -> std::thread::JoinHandle<()> {
+        let events = self.server.store().subscribe().unwrap();
+        let connection = self.connection.clone();
+        std::thread::spawn(move || {
+            for event in events {
+                connection.handle_store_event(&event);
+            }
+        })
+    }
+
+    fn next_outgoing(&self, method: &str) -> Value {
+        loop {
+            let message = self
+                .outgoing
+                .recv_timeout(WAIT)
+                .expect("an outgoing message");
+            if message["method"] == method {
+                return message;
+            }
+        }
+    }
+}
+
+#[test]
+fn initialize_declares_tasks_and_negotiates_the_version() {
+    let mut h = Harness::new();
+    let result = h.initialize(json!({}));
+    assert_eq!(result["protocolVersion"], "2025-11-25");
+    assert_eq!(
+        result["capabilities"]["tasks"],
+        json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}})
+    );
+    assert!(result["capabilities"]["tools"].is_object());
+    let older = h.result(
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}}),
+    );
+    assert_eq!(older["protocolVersion"], "2025-06-18");
+    let unknown = h.result("initialize", json!({"protocolVersion": "1999-01-01"}));
+    assert_eq!(unknown["protocolVersion"], "2025-11-25");
+}
+
+#[test]
+fn ping_answers_an_empty_object() {
+    assert_eq!(Harness::new().result("ping", json!({})), json!({}));
+}
+
+#[test]
+fn tools_list_shows_each_tools_task_support() {
+    let mut h = Harness::new();
+    let tools = h.result("tools/list", json!({}));
+    let support = |name: &str| {
+        tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap()["execution"]["taskSupport"]
+            .clone()
+    };
+    assert_eq!(support("sleep"), "optional");
+    assert_eq!(support("sleep_required"), "required");
+    assert_eq!(support("fail"), "optional");
+    assert_eq!(support("echo"), "forbidden");
+    assert_eq!(support("ask"), "required");
+}
+
+#[test]
+fn a_plain_call_returns_the_tool_result() {
+    let mut h = Harness::new();
+    let result = h.result(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "hi"}}),
+    );
+    assert_eq!(result, text_result("hi"));
+    let slept = h.result(
+        "tools/call",
+        json!({"name": "sleep", "arguments": {"ms": 1}}),
+    );
+    assert_eq!(slept, text_result("slept 1 ms"));
+}
+
+#[test]
+fn task_support_mismatches_are_method_not_found() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.error_code(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "x"}, "task": {}})
+        ),
+        -32601
+    );
+    assert_eq!(
+        h.error_code(
+            "tools/call",
+            json!({"name": "sleep_required", "arguments": {"ms": 1}})
+        ),
+        -32601
+    );
+    assert_eq!(
+        h.error_code(
+            "tools/call",
+            json!({"name": "ask", "arguments": {"question": "?"}})
+        ),
+        -32601
+    );
+}
+
+#[test]
+fn bad_tool_calls_are_invalid_params() {
+    let mut h = Harness::new();
+    assert_eq!(h.error_code("tools/call", json!({"name": "nope"})), -32602);
+    assert_eq!(h.error_code("tools/call", json!({"arguments": {}})), -32602);
+    assert_eq!(
+        h.error_code("tools/call", json!({"name": "echo", "arguments": [1]})),
+        -32602
+    );
+    assert_eq!(
+        h.error_code(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": 5}})
+        ),
+        -32602
+    );
+    assert_eq!(
+        h.error_code(
+            "tools/call",
+            json!({"name": "sleep", "arguments": {"ms": 1}, "task": {"ttl": -5}})
+        ),
+        -32602
+    );
+}
+
+#[test]
+fn a_task_runs_to_completion_and_its_result_carries_related_task_meta() {
+    let mut h = Harness::new();
+    let id = h.start("sleep", json!({"ms": 20}));
+    let task = h.result("tasks/get", json!({"taskId": id}));
+    assert_eq!(task["taskId"], id.as_str());
+    assert_eq!(task["ttl"], 60000);
+    let result = h.result("tasks/result", json!({"taskId": id}));
+    assert_eq!(result["content"][0]["text"], "slept 20 ms");
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        id.as_str()
+    );
+    assert_eq!(
+        h.result("tasks/get", json!({"taskId": id}))["status"],
+        "completed"
+    );
+}
+
+#[test]
+fn an_is_error_result_fails_the_task_but_tasks_result_returns_it() {
+    let mut h = Harness::new();
+    let id = h.start("fail", json!({"ms": 1}));
+    let result = h.result("tasks/result", json!({"taskId": id}));
+    assert_eq!(result["isError"], true);
+    let task = h.result("tasks/get", json!({"taskId": id}));
+    assert_eq!(task["status"], "failed");
+    assert_eq!(task["statusMessage"], "Tool error: failed after 1 ms");
+}
+
+#[test]
+fn a_json_rpc_error_fails_the_task_and_tasks_result_returns_the_same_error() {
+    let mut h = Harness::new();
+    let id = h.start("boom", json!({}));
+    let response = h.request("tasks/result", json!({"taskId": id}));
+    assert_eq!(
+        response["error"],
+        json!({"code": -32000, "message": "boom", "data": {"why": "testing"}})
+    );
+    assert_eq!(
+        h.result("tasks/get", json!({"taskId": id}))["status"],
+        "failed"
+    );
+}
+
+#[test]
+fn a_panicking_tool_fails_its_task_and_the_server_keeps_serving() {
+    let mut h = Harness::new();
+    let id = h.start("panic", json!({}));
+    assert_eq!(
+        h.request("tasks/result", json!({"taskId": id}))["error"]["code"],
+        -32603
+    );
+    assert_eq!(
+        h.result("tasks/get", json!({"taskId": id}))["status"],
+        "failed"
+    );
+    assert_eq!(h.error_code("tools/call", json!({"name": "panic"})), -32603);
+    assert_eq!(h.result("ping", json!({})), json!({}));
+}
+
+#[test]
+fn a_tool_can_report_progress_through_the_status_message() {
+    let mut h = Harness::new();
+    let _pump = h.pump_events();
+    let id = h.start("progress", json!({}));
+    let progress = h.next_outgoing("notifications/tasks/status");
+    assert_eq!(progress["params"]["taskId"], id.as_str());
+    assert_eq!(progress["params"]["status"], "working");
+    assert_eq!(progress["params"]["statusMessage"], "half way");
+    assert_eq!(
+        h.result("tasks/result", json!({"taskId": id})),
+        text_result(id.clone())
+            .as_object()
+            .map(|o| {
+                let mut o = o.clone();
+                o.insert(
+                    "_meta".into(),
+                    json!({"io.modelcontextprotocol/related-task": {"taskId": id}}),
+                );
+                Value::Object(o)
+            })
+            .unwrap()
+    );
+}
+
+#[test]
+fn tasks_list_pages_with_an_opaque_cursor() {
+    let mut h = Harness::with_store(None, 2);
+    let ids: Vec<String> = (0..5).map(|_| h.start("sleep", json!({"ms": 0}))).collect();
+    let mut seen = Vec::new();
+    let mut params = json!({});
+    loop {
+        let page = h.result("tasks/list", params);
+        assert!(page["tasks"].as_array().unwrap().len() <= 2);
+        seen.extend(
+            page["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["taskId"].as_str().unwrap().to_string()),
+        );
+        match page.get("nextCursor") {
+            Some(cursor) => params = json!({"cursor": cursor}),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids);
+    assert_eq!(
+        h.error_code("tasks/list", json!({"cursor": "not-a-cursor"})),
+        -32602
+    );
+    assert_eq!(h.error_code("tasks/list", json!({"cursor": ""})), -32602);
+    assert_eq!(h.error_code("tasks/list", json!({"cursor": 7})), -32602);
+}
+
+#[test]
+fn cancel_stops_the_worker_and_a_second_cancel_is_invalid_params() {
+    let mut h = Harness::new();
+    let id = h.start("sleep", json!({"ms": 600_000}));
+    let cancelled = h.result("tasks/cancel", json!({"taskId": id}));
+    assert_eq!(cancelled["status"], "cancelled");
+    assert_eq!(h.error_code("tasks/cancel", json!({"taskId": id})), -32602);
+    let response = h.request("tasks/result", json!({"taskId": id}));
+    assert_eq!(
+        response["error"]["code"], -32602,
+        "a cancelled task has no result: {response}"
+    );
+    // Its late result did not overwrite the cancel.
+    assert_eq!(
+        h.result("tasks/get", json!({"taskId": id}))["status"],
+        "cancelled"
+    );
+}
+
+#[test]
+fn cancelled_workers_stop_and_free_their_threads() {
+    let mut h = Harness::new(); // four workers
+    let ids: Vec<String> = (0..4)
+        .map(|_| h.start("sleep", json!({"ms": 600_000})))
+        .collect();
+    for id in &ids {
+        h.result("tasks/cancel", json!({"taskId": id}));
+    }
+    // Only a worker freed by a cancel can run this call.
+    let result = h.result(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "free"}}),
+    );
+    assert_eq!(result, text_result("free"));
+}
+
+#[test]
+fn cancelling_a_completed_task_is_invalid_params() {
+    let mut h = Harness::new();
+    let id = h.start("sleep", json!({"ms": 0}));
+    h.result("tasks/result", json!({"taskId": id}));
+    let response = h.request("tasks/cancel", json!({"taskId": id}));
+    assert_eq!(response["error"]["code"], -32602);
+    assert!(response["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("completed"));
+}
+
+#[test]
+fn unknown_and_malformed_task_ids_are_invalid_params_everywhere() {
+    let mut h = Harness::new();
+    for method in ["tasks/get", "tasks/result", "tasks/cancel"] {
+        for id in [
+            json!("5c1e0000-0000-4000-8000-000000000001"),
+            json!("garbage"),
+            json!(""),
+        ] {
+            assert_eq!(
+                h.error_code(method, json!({"taskId": id})),
+                -32602,
+                "{method} {id}"
+            );
+        }
+        assert_eq!(h.error_code(method, json!({"taskId": 42})), -32602);
+        assert_eq!(h.error_code(method, json!({})), -32602);
+    }
+}
+
+#[test]
+fn unknown_methods_and_server_discover_are_method_not_found() {
+    let mut h = Harness::new();
+    assert_eq!(h.error_code("server/discover", json!({})), -32601);
+    assert_eq!(h.error_code("tasks/update", json!({})), -32601);
+    assert_eq!(h.error_code("no/such/method", json!({})), -32601);
+}
+
+#[test]
+fn extra_params_fields_are_tolerated() {
+    let mut h = Harness::new();
+    let id = h.start("sleep", json!({"ms": 0}));
+    let task = h.result(
+        "tasks/get",
+        json!({"taskId": id, "task": {"ttl": 5}, "_meta": {"x": 1}, "extra": true}),
+    );
+    assert_eq!(task["taskId"], id.as_str());
+}
+
+#[test]
+fn status_changes_are_notified() {
+    let h = &mut Harness::new();
+    let _pump = h.pump_events();
+    let id = h.start("sleep", json!({"ms": 0}));
+    let notification = h.next_outgoing("notifications/tasks/status");
+    assert_eq!(notification["params"]["taskId"], id.as_str());
+    assert_eq!(notification["params"]["status"], "completed");
+    assert!(notification["params"].get("ttl").is_some());
+}
+
+#[test]
+fn ask_elicits_through_the_client_and_completes_with_the_answer() {
+    let mut h = Harness::new();
+    let _pump = h.pump_events();
+    h.initialize(json!({"elicitation": {"form": {}}}));
+    let id = h.start("ask", json!({"question": "Meaning of life?"}));
+    let elicitation = h.next_outgoing("elicitation/create");
+    assert_eq!(elicitation["params"]["message"], "Meaning of life?");
+    assert_eq!(
+        elicitation["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        id.as_str()
+    );
+    assert_eq!(
+        h.result("tasks/get", json!({"taskId": id}))["status"],
+        "input_required"
+    );
+    let answer = json!({"jsonrpc": "2.0", "id": elicitation["id"], "result": {"action": "accept", "content": {"answer": "42"}}});
+    h.connection.handle_text(
+        &answer.to_string(),
+        Box::new(|_| panic!("a response gets no response")),
+    );
+    let result = h.result("tasks/result", json!({"taskId": id}));
+    assert_eq!(result["content"][0]["text"], "answer: 42");
+}
+
+#[test]
+fn ask_without_client_elicitation_support_fails_the_task() {
+    let mut h = Harness::new();
+    h.initialize(json!({}));
+    let id = h.start("ask", json!({"question": "?"}));
+    let response = h.request("tasks/result", json!({"taskId": id}));
+    assert_eq!(response["error"]["code"], -32603);
+    assert_eq!(
+        h.result("tasks/get", json!({"taskId": id}))["status"],
+        "failed"
+    );
+}
+
+#[test]
+fn cancelling_a_task_abandons_its_pending_elicitation() {
+    let mut h = Harness::new();
+    let _pump = h.pump_events();
+    h.initialize(json!({"elicitation": {}}));
+    let id = h.start("ask", json!({"question": "?"}));
+    h.next_outgoing("elicitation/create");
+    assert_eq!(
+        h.result("tasks/cancel", json!({"taskId": id}))["status"],
+        "cancelled"
+    );
+    // The tool's wait ends (its pending request is dropped) and the cancel stands.
+    let store = h.server.store();
+    let task_id = mcp_task_store::TaskId::parse(&id).unwrap();
+    assert_eq!(
+        store.wait_terminal(task_id, None, None).unwrap().status,
+        mcp_task_store::TaskStatus::Cancelled
+    );
+}
+
+#[test]
+fn a_task_that_outlives_its_ttl_fails_and_its_tool_stops() {
+    let clock = ManualClock::new();
+    let store = Store::builder().clock(clock.clone()).build().unwrap();
+    let mut h = Harness::with_store(Some(store.handle()), 100);
+    h._store = Some(store);
+    let created = h.result(
+        "tools/call",
+        json!({"name": "sleep", "arguments": {"ms": 600_000}, "task": {"ttl": 1000}}),
+    );
+    let id = created["task"]["taskId"].as_str().unwrap().to_string();
+    clock.advance(Duration::from_millis(1000));
+    let task = h.result("tasks/get", json!({"taskId": id}));
+    assert_eq!(task["status"], "failed");
+    assert!(task["statusMessage"].as_str().unwrap().contains("expired"));
+    let response = h.request("tasks/result", json!({"taskId": id}));
+    assert_eq!(response["error"]["code"], -32603);
+    assert!(response["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("expired"));
+}

@@ -1,0 +1,167 @@
+//! Bad input through the stdio transport: every malformed line gets the right JSON-RPC
+//! error, nothing panics or hangs, and a good request afterwards still works.
+
+use std::io::{Cursor, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mcp_task_store::server::{demo, Server};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+
+/// A writer the test can read back while the server still holds it.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn messages(&self) -> Vec<Value> {
+        let bytes = self.0.lock().clone();
+        String::from_utf8(bytes)
+            .expect("stdout is UTF-8")
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("stdout carries only JSON-RPC"))
+            .collect()
+    }
+}
+
+fn server() -> Server {
+    let mut builder = Server::builder();
+    for tool in demo::tools() {
+        builder = builder.tool(tool);
+    }
+    builder.build().unwrap()
+}
+
+/// Runs `input` through a server and waits (bounded) until `expected` responses are out.
+fn exchange(input: Vec<u8>, expected: usize) -> Vec<Value> {
+    let out = Captured::default();
+    server()
+        .serve_lines(Cursor::new(input), out.clone())
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        let responses: Vec<Value> = out
+            .messages()
+            .into_iter()
+            .filter(|m| m.get("method").is_none())
+            .collect();
+        if responses.len() >= expected {
+            return responses;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "only {} of {expected}: {responses:?}",
+            responses.len()
+        );
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn every_bad_line_gets_its_error_and_the_server_keeps_serving() {
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let huge = format!(
+        r#"{{"jsonrpc":"2.0","id":50,"method":"ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(10 * 1024 * 1024)
+    );
+    // (line, id the error answers, expected code); id None = the response's id is null.
+    let corpus: Vec<(String, Option<Value>, i64)> = vec![
+        ("not json".into(), None, -32700),
+        ("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":".into(), None, -32700),
+        (deep, None, -32700),
+        (r#"[{"jsonrpc":"2.0","id":2,"method":"ping"}]"#.into(), None, -32600),
+        (r#""just a string""#.into(), None, -32600),
+        (r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#.into(), Some(json!(3)), -32600),
+        (r#"{"id":4,"method":"ping"}"#.into(), Some(json!(4)), -32600),
+        (r#"{"jsonrpc":"2.0","id":5,"method":5}"#.into(), Some(json!(5)), -32600),
+        (r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#.into(), None, -32600),
+        (r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping"}"#.into(), None, -32600),
+        (r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#.into(), None, -32600),
+        (r#"{"jsonrpc":"2.0","id":6}"#.into(), Some(json!(6)), -32600),
+        (r#"{"jsonrpc":"2.0"}"#.into(), None, -32600),
+        (r#"{"jsonrpc":"2.0","id":7,"method":"ping","params":"str"}"#.into(), Some(json!(7)), -32602),
+        (r#"{"jsonrpc":"2.0","id":8,"method":"tasks/get","params":[1,2]}"#.into(), Some(json!(8)), -32602),
+        (r#"{"jsonrpc":"2.0","id":9,"method":"tasks/get","params":{"taskId":5}}"#.into(), Some(json!(9)), -32602),
+        (r#"{"jsonrpc":"2.0","id":10,"method":"tasks/get","params":{}}"#.into(), Some(json!(10)), -32602),
+        (r#"{"jsonrpc":"2.0","id":11,"method":"tasks/get","params":{"taskId":"../../etc/passwd"}}"#.into(), Some(json!(11)), -32602),
+        (r#"{"jsonrpc":"2.0","id":12,"method":"tasks/list","params":{"cursor":"AAAA"}}"#.into(), Some(json!(12)), -32602),
+        (r#"{"jsonrpc":"2.0","id":"s","method":"tasks/cancel","params":{"taskId":null}}"#.into(), Some(json!("s")), -32602),
+        (r#"{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":1e300}}}"#.into(), Some(json!(13)), -32602),
+        (r#"{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":-1}}}"#.into(), Some(json!(14)), -32602),
+        (r#"{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":1},"task":{"ttl":"soon"}}}"#.into(), Some(json!(15)), -32602),
+        (r#"{"jsonrpc":"2.0","id":16,"method":"tools/call","params":{"name":7}}"#.into(), Some(json!(16)), -32602),
+        (r#"{"jsonrpc":"2.0","id":17,"method":"no/such/method"}"#.into(), Some(json!(17)), -32601),
+        (huge, None, -32600),
+    ];
+    let mut input = Vec::new();
+    for (line, _, _) in &corpus {
+        input.extend_from_slice(line.as_bytes());
+        input.push(b'\n');
+    }
+    // Lines that get no response at all: a notification, a stray response, blank lines.
+    input.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/whatever\"}\n");
+    input.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":77,\"result\":{}}\n\n   \n");
+    input.extend_from_slice(b"\xff\xfe not utf-8\n");
+    input.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":99,\"method\":\"ping\"}\n");
+    let responses = exchange(input, corpus.len() + 2);
+
+    let good = responses
+        .iter()
+        .find(|r| r["id"] == 99)
+        .expect("the good request is answered");
+    assert_eq!(good["result"], json!({}));
+    assert!(
+        responses.iter().all(|r| r["id"] != 77),
+        "a stray response gets no answer"
+    );
+    let mut null_id_codes: Vec<i64> = responses
+        .iter()
+        .filter(|r| r["id"].is_null())
+        .map(|r| r["error"]["code"].as_i64().unwrap())
+        .collect();
+    let mut expected_null: Vec<i64> = corpus
+        .iter()
+        .filter(|(_, id, _)| id.is_none())
+        .map(|(_, _, c)| *c)
+        .collect();
+    expected_null.push(-32700); // the invalid UTF-8 line
+    null_id_codes.sort();
+    expected_null.sort();
+    assert_eq!(null_id_codes, expected_null);
+    for (line, id, code) in corpus.iter().filter(|(_, id, _)| id.is_some()) {
+        let response = responses
+            .iter()
+            .find(|r| Some(&r["id"]) == id.as_ref())
+            .unwrap_or_else(|| panic!("no answer to {line}"));
+        assert_eq!(response["error"]["code"], *code, "{line} -> {response}");
+        assert!(response["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    }
+}
+
+#[test]
+fn a_task_round_trip_over_lines() {
+    let input = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"}}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tasks/list"}"#,
+    ]
+    .join("\n");
+    let responses = exchange(input.into_bytes(), 3);
+    let by_id = |id: i64| responses.iter().find(|r| r["id"] == id).unwrap().clone();
+    assert_eq!(by_id(1)["result"]["protocolVersion"], "2025-11-25");
+    assert_eq!(by_id(2)["result"]["content"][0]["text"], "hello");
+    assert_eq!(by_id(3)["result"], json!({"tasks": []}));
+}
