@@ -42,3 +42,8 @@ pub use store::{
     CancelToken, Clock, ExpiryPolicy, ManualClock, Millis, Now, Store, StoreBuilder, StoreConfig,
     StoreHandle, StoreMachine, SystemClock, TaskStore,
 };
+
+/// The README's code blocks, compiled and run as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
