@@ -24,14 +24,13 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
-use super::error::{mcpts_result, Error};
+use super::error::{mcpts_result, parse_object, Error};
 use crate::{ExpiryPolicy, StoreConfig};
 
 /// Parses and validates a JSON configuration. Syntax errors give `InvalidJson`; wrong
 /// shapes, unknown fields and invalid values give `InvalidConfig`.
 pub(crate) fn parse_config(json: &[u8]) -> Result<StoreConfig, Error> {
-    let raw: RawConfig = serde_json::from_slice(json)
-        .map_err(|e| Error::json("store configuration", e, mcpts_result::InvalidConfig))?;
+    let raw: RawConfig = parse_object(json, "store configuration", mcpts_result::InvalidConfig)?;
     let defaults = StoreConfig::default();
     let config = StoreConfig {
         default_ttl: raw.default_ttl.map(|d| d.0),
@@ -188,6 +187,11 @@ mod tests {
     #[test]
     fn errors() {
         check_err("{", mcpts_result::InvalidJson, "store configuration");
+        check_err(
+            "[1, 2]",
+            mcpts_result::InvalidConfig,
+            "expected a JSON object",
+        );
         check_err(
             r#"{"ttl":1}"#,
             mcpts_result::InvalidConfig,

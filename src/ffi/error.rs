@@ -127,7 +127,7 @@ impl Error {
 
     /// A JSON parse failure: syntax errors are `InvalidJson`, well-formed JSON of the wrong
     /// shape gets `shape_code`.
-    pub(crate) fn json(what: &str, err: serde_json::Error, shape_code: mcpts_result) -> Error {
+    fn json(what: &str, err: serde_json::Error, shape_code: mcpts_result) -> Error {
         use serde_json::error::Category;
         let code = match err.classify() {
             Category::Syntax | Category::Eof | Category::Io => mcpts_result::InvalidJson,
@@ -135,6 +135,25 @@ impl Error {
         };
         Error::new(code, format!("invalid {what}: {err}"))
     }
+}
+
+/// Parses a JSON object into `T`. Syntax errors give `InvalidJson`; anything but an object
+/// (serde would otherwise accept an array for a struct), or an object of the wrong shape,
+/// gives `shape_code`.
+pub(crate) fn parse_object<T: serde::de::DeserializeOwned>(
+    json: &[u8],
+    what: &str,
+    shape_code: mcpts_result,
+) -> Result<T, Error> {
+    let value: serde_json::Value =
+        serde_json::from_slice(json).map_err(|e| Error::json(what, e, shape_code))?;
+    if !value.is_object() {
+        return Err(Error::new(
+            shape_code,
+            format!("invalid {what}: expected a JSON object"),
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| Error::json(what, e, shape_code))
 }
 
 /// The one mapping from store errors to C result codes.
@@ -258,4 +277,53 @@ pub extern "C" fn mcpts_result_name(code: u32) -> *const c_char {
             .map_or(c"MCPTS_RESULT_UNKNOWN", mcpts_result::name)
             .as_ptr()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last_error() -> String {
+        let mut buf = [0 as c_char; 128];
+        // SAFETY: `buf` is writable for its length.
+        let n = unsafe { mcpts_last_error(buf.as_mut_ptr(), buf.len()) };
+        // SAFETY: NUL-terminated by `mcpts_last_error`.
+        let text = unsafe { CStr::from_ptr(buf.as_ptr()) };
+        assert_eq!(n, text.to_bytes().len());
+        text.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn boundary_turns_panics_and_errors_into_codes() {
+        let panicking = || ffi_boundary!(fallible { panic!("boom") });
+        assert_eq!(panicking(), mcpts_result::Panic);
+        assert_eq!(last_error(), "panic inside mcp-task-store: boom");
+
+        let failing = || ffi_boundary!(fallible { Err(StoreError::Timeout.into()) });
+        assert_eq!(failing(), mcpts_result::Timeout);
+        assert_eq!(last_error(), "timed out waiting on the task");
+
+        let fine = || ffi_boundary!(fallible { Ok(()) });
+        assert_eq!(fine(), mcpts_result::Ok);
+        assert_eq!(last_error(), "");
+
+        let defaulted = || ffi_boundary!(default = 7usize; { panic!("quiet") });
+        assert_eq!(defaulted(), 7);
+    }
+
+    #[test]
+    fn names_cover_every_code() {
+        for code in 0..200 {
+            let name = mcpts_result_name(code);
+            // SAFETY: always a static NUL-terminated string.
+            let name = unsafe { CStr::from_ptr(name) }.to_str().unwrap();
+            match mcpts_result::from_u32(code) {
+                Some(result) => {
+                    assert_eq!(result as u32, code);
+                    assert_ne!(name, "MCPTS_RESULT_UNKNOWN");
+                }
+                None => assert_eq!(name, "MCPTS_RESULT_UNKNOWN"),
+            }
+        }
+    }
 }

@@ -4,13 +4,14 @@ use std::ffi::c_char;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::args::{arg_bytes, arg_ref, arg_str, arg_task_id, opt_session, opt_str, Out};
 use super::bytes::mcpts_bytes;
 use super::config::parse_config;
-use super::error::{mcpts_result, Error};
+use super::error::{mcpts_result, parse_object, Error};
 use crate::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, Store,
     StoreHandle, Task, TaskPage, TaskResult, TaskStatus,
@@ -39,8 +40,8 @@ fn timeout(timeout_ms: u64) -> Option<Duration> {
     (timeout_ms != MCPTS_WAIT_FOREVER).then(|| Duration::from_millis(timeout_ms))
 }
 
-fn parse_json<'de, T: Deserialize<'de>>(json: &'de [u8], what: &str) -> Result<T, Error> {
-    serde_json::from_slice(json).map_err(|e| Error::json(what, e, mcpts_result::InvalidArgument))
+fn parse_json<T: DeserializeOwned>(json: &[u8], what: &str) -> Result<T, Error> {
+    parse_object(json, what, mcpts_result::InvalidArgument)
 }
 
 fn parse_status(name: &str) -> Result<TaskStatus, Error> {
