@@ -11,7 +11,8 @@
 //! [`ManualClock`] and use [`StoreHandle::sync`] as a barrier.
 //!
 //! Layers, bottom up: [`model`] (wire and domain types), [`store`] (machine, wheel, actor,
-//! handle). Nothing below the protocol layer knows JSON-RPC.
+//! handle). Nothing below the protocol layer knows JSON-RPC. With the `ffi` feature, the
+//! `ffi` module exposes the store to C (header: `include/mcp_task_store.h`).
 //!
 //! ```
 //! use mcp_task_store::{CreateTask, Outcome, Store, TaskStatus};
@@ -28,6 +29,8 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod error;
+#[cfg(feature = "ffi")]
+pub mod ffi;
 pub mod model;
 pub mod protocol;
 pub mod server;

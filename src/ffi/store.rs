@@ -1,0 +1,686 @@
+//! The store and handle entry points.
+
+use std::ffi::c_char;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::args::{arg_bytes, arg_ref, arg_str, arg_task_id, opt_session, opt_str, Out};
+use super::bytes::mcpts_bytes;
+use super::config::parse_config;
+use super::error::{mcpts_result, parse_object, Error};
+use crate::{
+    CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, Store,
+    StoreHandle, Task, TaskPage, TaskResult, TaskStatus,
+};
+
+/// A task store (opaque): owns the store's owner thread. Create it with [`mcpts_store_new`],
+/// talk to it through an [`mcpts_handle`] from [`mcpts_store_handle`], release it with
+/// [`mcpts_store_free`].
+#[derive(Debug)]
+pub struct mcpts_store {
+    store: Store,
+}
+
+/// A handle to a store (opaque): cheap to clone, usable from any thread at once. It stays
+/// valid after its store is freed; every call on it then returns `MCPTS_RESULT_CLOSED`.
+/// Release it with [`mcpts_handle_free`].
+#[derive(Debug)]
+pub struct mcpts_handle {
+    handle: StoreHandle,
+}
+
+/// Pass as `timeout_ms` to wait without a timeout.
+pub const MCPTS_WAIT_FOREVER: u64 = u64::MAX;
+
+fn timeout(timeout_ms: u64) -> Option<Duration> {
+    (timeout_ms != MCPTS_WAIT_FOREVER).then(|| Duration::from_millis(timeout_ms))
+}
+
+fn parse_json<T: DeserializeOwned>(json: &[u8], what: &str) -> Result<T, Error> {
+    parse_object(json, what, mcpts_result::InvalidArgument)
+}
+
+fn parse_status(name: &str) -> Result<TaskStatus, Error> {
+    serde_json::from_value(Value::String(name.to_owned())).map_err(|_| {
+        Error::invalid(format!(
+            "unknown task status '{name}' (expected working, input_required, completed, \
+             failed or cancelled)"
+        ))
+    })
+}
+
+/// Creates a store from a JSON configuration and starts its owner thread.
+///
+/// `config_json` points to `config_len` bytes of UTF-8 JSON (no NUL needed), for example
+/// `{"default_ttl": "10m", "max_ttl": 3600000, "page_size": 50}`. Fields, all optional:
+/// `default_ttl`, `max_ttl`, `poll_interval` (humantime strings such as `"90s"` or integer
+/// milliseconds), `page_size`, `max_tasks`, `max_tasks_per_session` (integers), `expiry`
+/// (`"fail"`, `"remove"` or `{"policy": "fail", "grace": "30s"}`). `null` or absent means
+/// the default; `{}` is the default configuration. Unknown fields are rejected.
+///
+/// On success writes a new store to `*store_out`; free it with [`mcpts_store_free`].
+/// Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_CONFIG` (the last error names the
+/// field).
+///
+/// Thread safety: any thread.
+///
+/// # Safety
+///
+/// `config_json` must be NULL or readable for `config_len` bytes; `store_out` must be NULL
+/// or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_store_new(
+    config_json: *const u8,
+    config_len: usize,
+    store_out: *mut *mut mcpts_store,
+) -> mcpts_result {
+    ffi_boundary!(fallible {
+        // SAFETY: per this function's contract.
+        let json = unsafe { arg_bytes(config_json, config_len, "config_json") }?;
+        let store_out = Out::new(store_out, "store_out")?;
+        let config = parse_config(json)?;
+        let store = Store::start(config)?;
+        // SAFETY: per this function's contract.
+        unsafe { store_out.write(Box::new(mcpts_store { store })) };
+        Ok(())
+    })
+}
+
+/// Stops the store: shuts its owner thread down and joins it, then frees the store. NULL is
+/// a no-op. Callers blocked on the store at that moment (for example in
+/// [`mcpts_handle_wait`]) return `MCPTS_RESULT_CLOSED`; handles stay valid and return
+/// `MCPTS_RESULT_CLOSED` from then on, and must still be freed.
+///
+/// Thread safety: any thread, but it blocks until the owner thread has exited, and no other
+/// thread may use this `store` pointer at the same time (handles are fine).
+///
+/// # Safety
+///
+/// `store` must be NULL or a live pointer from [`mcpts_store_new`], freed at most once.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_store_free(store: *mut mcpts_store) {
+    ffi_boundary!(default = (); {
+        if !store.is_null() {
+            // SAFETY: from `Box::into_raw` in `mcpts_store_new`, freed once (the contract).
+            drop(unsafe { Box::from_raw(store) });
+        }
+    })
+}
+
+/// Writes a new handle to the store to `*handle_out`; free it with [`mcpts_handle_free`].
+///
+/// Thread safety: any thread, concurrently with other calls on the same store except
+/// [`mcpts_store_free`].
+///
+/// # Safety
+///
+/// `store` must be NULL or live; `handle_out` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_store_handle(
+    store: *const mcpts_store,
+    handle_out: *mut *mut mcpts_handle,
+) -> mcpts_result {
+    ffi_boundary!(fallible {
+        // SAFETY: per this function's contract.
+        let store = unsafe { arg_ref(store, "store") }?;
+        let handle_out = Out::new(handle_out, "handle_out")?;
+        let handle = store.store.handle();
+        // SAFETY: per this function's contract.
+        unsafe { handle_out.write(Box::new(mcpts_handle { handle })) };
+        Ok(())
+    })
+}
+
+/// Writes a second handle to the same store to `*handle_out`; both must be freed.
+///
+/// Thread safety: any thread, concurrently with other calls on `handle`.
+///
+/// # Safety
+///
+/// `handle` must be NULL or live; `handle_out` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_handle_clone(
+    handle: *const mcpts_handle,
+    handle_out: *mut *mut mcpts_handle,
+) -> mcpts_result {
+    ffi_boundary!(fallible {
+        // SAFETY: per this function's contract.
+        let handle = unsafe { arg_ref(handle, "handle") }?;
+        let handle_out = Out::new(handle_out, "handle_out")?;
+        let handle = handle.handle.clone();
+        // SAFETY: per this function's contract.
+        unsafe { handle_out.write(Box::new(mcpts_handle { handle })) };
+        Ok(())
+    })
+}
+
+/// Frees a handle. NULL is a no-op. The store keeps running; freeing a handle after its
+/// store is fine (and required).
+///
+/// Thread safety: any thread, but no other thread may be using this `handle` pointer.
+///
+/// # Safety
+///
+/// `handle` must be NULL or a live handle from this library, freed at most once.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_handle_free(handle: *mut mcpts_handle) {
+    ffi_boundary!(default = (); {
+        if !handle.is_null() {
+            // SAFETY: from `Box::into_raw` in this library, freed once (the contract).
+            drop(unsafe { Box::from_raw(handle) });
+        }
+    })
+}
+
+/// `mcpts_handle_create`'s request.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateRequest {
+    #[serde(default)]
+    ttl: Option<u64>,
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    origin: Option<Value>,
+}
+
+/// Creates a task (status `working`, fresh random id) and writes it to `*task_out` as JSON
+/// (an MCP task object: `taskId`, `status`, `createdAt`, `lastUpdatedAt`, `ttl`,
+/// `pollInterval`). The task is visible to [`mcpts_handle_get`] before this returns.
+///
+/// `request_json` (`request_len` bytes) is an object with optional fields `ttl` (requested
+/// retention in ms; absent, `null` or 0 take the store's default, `max_ttl` caps it),
+/// `session` (string; absent or `null` for a sessionless task) and `origin` (any JSON,
+/// kept with the task, e.g. the originating JSON-RPC request). `{}` is a valid request.
+///
+/// Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (wrong shape or unknown
+/// field), `LIMIT_EXCEEDED`, `CLOSED`.
+///
+/// Thread safety: any thread, concurrently with other calls on `handle`.
+///
+/// # Safety
+///
+/// `handle` must be NULL or live; `request_json` NULL or readable for `request_len` bytes;
+/// `task_out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_handle_create(
+    handle: *const mcpts_handle,
+    request_json: *const u8,
+    request_len: usize,
+    task_out: *mut *mut mcpts_bytes,
+) -> mcpts_result {
+    ffi_boundary!(fallible {
+        // SAFETY: per this function's contract.
+        let handle = unsafe { arg_ref(handle, "handle") }?;
+        // SAFETY: per this function's contract.
+        let json = unsafe { arg_bytes(request_json, request_len, "request_json") }?;
+        let task_out = Out::new(task_out, "task_out")?;
+        let request: CreateRequest = parse_json(json, "create request")?;
+        let create = CreateTask {
+            ttl: request.ttl,
+            session: request.session.map(SessionId::from),
+            origin: request.origin.map(Arc::new),
+        };
+        let task = handle.handle.create(create)?;
+        let bytes = mcpts_bytes::json(&task)?;
+        // SAFETY: per this function's contract.
+        unsafe { task_out.write(bytes) };
+        Ok(())
+    })
+}
+
+/// Writes the task `task_id` to `*task_out` as JSON (an MCP task object).
+///
+/// `session` is the caller's session, or NULL for sessionless; sessions are strict (a
+/// task of another session is `NOT_FOUND`). Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT`
+/// (a string that is not UTF-8), `NOT_FOUND` (unknown, foreign, expired, or not a UUID),
+/// `CLOSED`.
+///
+/// Thread safety: any thread, concurrently with other calls on `handle`.
+///
+/// # Safety
+///
+/// `handle` must be NULL or live; `task_id` and `session` NULL or NUL-terminated;
+/// `task_out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_handle_get(
+    handle: *const mcpts_handle,
+    task_id: *const c_char,
+    session: *const c_char,
+    task_out: *mut *mut mcpts_bytes,
+) -> mcpts_result {
+    ffi_boundary!(fallible {
+        // SAFETY (all `unsafe` blocks in this body): per this function's contract.
+        let handle = unsafe { arg_ref(handle, "handle") }?;
+        let id = unsafe { arg_task_id(task_id) }?;
+        let session = unsafe { opt_session(session) }?;
+        let task_out = Out::new(task_out, "task_out")?;
+        let task = handle.handle.get(id, session.as_ref())?;
+        unsafe { task_out.write(mcpts_bytes::json(&task)?) };
+        Ok(())
+    })
+}
+
+/// Moves a live task to `status` (`"working"`, `"input_required"`, `"completed"`,
+/// `"failed"` or `"cancelled"`), with an optional status `message` (NULL for none), and
+/// writes the updated task to `*task_out` as JSON. To finish a task with its result, use
+/// [`mcpts_handle_store_result`] instead.
+///
+/// Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT` (unknown status name, not UTF-8),
+/// `NOT_FOUND`, `INVALID_TRANSITION` (the task is terminal), `CLOSED`.
+///
+/// Thread safety: any thread, concurrently with other calls on `handle`.
+///
+/// # Safety
+///
+/// `handle` must be NULL or live; string arguments NULL or NUL-terminated; `task_out` NULL
+/// or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_handle_update_status(
+    handle: *const mcpts_handle,
+    task_id: *const c_char,
+    session: *const c_char,
+    status: *const c_char,
+    message: *const c_char,
+    task_out: *mut *mut mcpts_bytes,
+) -> mcpts_result {
+    ffi_boundary!(fallible {
+        // SAFETY (all `unsafe` blocks in this body): per this function's contract.
+        let handle = unsafe { arg_ref(handle, "handle") }?;
+        let id = unsafe { arg_task_id(task_id) }?;
+        let session = unsafe { opt_session(session) }?;
+        let status = parse_status(unsafe { arg_str(status, "status") }?)?;
+        let message = unsafe { opt_str(message, "message") }?.map(str::to_owned);
+        let task_out = Out::new(task_out, "task_out")?;
+        let task = handle
+            .handle
+            .update_status(id, session.as_ref(), status, message)?;
+        unsafe { task_out.write(mcpts_bytes::json(&task)?) };
+        Ok(())
+    })
+}
+
+/// `mcpts_handle_store_result`'s request.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoreResultRequest {
+    #[serde(default)]
+    status: Option<TaskStatus>,
+    #[serde(default)]
+    result: Option<Value>,
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+/// Finishes a live task with its outcome and writes the updated task to `*task_out` as
+/// JSON. First writer wins: on a task that is already terminal nothing changes and the call
+/// returns `ALREADY_TERMINAL`.
+///
+/// `outcome_json` (`outcome_len` bytes) is an object with exactly one of `result` (the
+/// original request's result object) or `error` (its JSON-RPC error object), plus optional
+/// `status` (`"completed"` or `"failed"`; default `"completed"` with `result`, `"failed"`
+/// with `error`) and `message` (a status message). Example:
+/// `{"result": {"content": [], "isError": false}}`.
+///
+/// Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT`, `NOT_FOUND`,
+/// `ALREADY_TERMINAL`, `CLOSED`.
+///
+/// Thread safety: any thread, concurrently with other calls on `handle`.
+///
+/// # Safety
+///
+/// `handle` must be NULL or live; string arguments NULL or NUL-terminated; `outcome_json`
+/// NULL or readable for `outcome_len` bytes; `task_out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_handle_store_result(
+    handle: *const mcpts_handle,
+    task_id: *const c_char,
+    session: *const c_char,
+    outcome_json: *const u8,
+    outcome_len: usize,
+    task_out: *mut *mut mcpts_bytes,
+) -> mcpts_result {
+    ffi_boundary!(fallible {
+        // SAFETY (all `unsafe` blocks in this body): per this function's contract.
+        let handle = unsafe { arg_ref(handle, "handle") }?;
+        let id = unsafe { arg_task_id(task_id) }?;
+        let session = unsafe { opt_session(session) }?;
+        let json = unsafe { arg_bytes(outcome_json, outcome_len, "outcome_json") }?;
+        let task_out = Out::new(task_out, "task_out")?;
+        let request: StoreResultRequest = parse_json(json, "result")?;
+        let (outcome, default_status) = match (request.result, request.error) {
+            (Some(result), None) => (Outcome::result(result), TaskStatus::Completed),
+            (None, Some(error)) => (Outcome::error(error), TaskStatus::Failed),
+            _ => {
+                return Err(Error::invalid(
+                    "invalid result: exactly one of 'result' or 'error' is required",
+                ))
+            }
+        };
+        let status = request.status.unwrap_or(default_status);
+        let task = handle.handle.store_result(
+            id,
+            session.as_ref(),
+            status,
+            outcome,
+            request.message,
+        )?;
+        unsafe { task_out.write(mcpts_bytes::json(&task)?) };
+        Ok(())
+    })
+}
+
+/// The JSON shape of a stored result: the task and exactly one of `result` / `error`.
+#[derive(Serialize)]
+struct ResultJson<'a> {
+    task: &'a Task,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a Value>,
+}
+
+impl<'a> From<&'a TaskResult> for ResultJson<'a> {
+    fn from(res: &'a TaskResult) -> Self {
+        let (result, error) = match &res.outcome {
+            Outcome::Result(value) => (Some(&**value), None),
+            Outcome::Error(value) => (None, Some(&**value)),
+        };
+        ResultJson {
+            task: &res.task,
+            result,
+            error,
+        }
+    }
+}
+
+/// Writes the stored outcome of a finished task to `*result_out` as JSON:
+/// `{"task": {...}, "result": {...}}` or `{"task": {...}, "error": {...}}`.
+///
+/// Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT`, `NOT_FOUND`, `NO_RESULT` (still running,
+/// cancelled, or failed by expiring), `CLOSED`. It does not block; see
+/// [`mcpts_handle_wait`].
+///
+/// Thread safety: any thread, concurrently with other calls on `handle`.
+///
+/// # Safety
+///
+/// `handle` must be NULL or live; string arguments NULL or NUL-terminated; `result_out`
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_handle_get_result(
+    handle: *const mcpts_handle,
+    task_id: *const c_char,
+    session: *const c_char,
+    result_out: *mut *mut mcpts_bytes,
+) -> mcpts_result {
+    ffi_boundary!(fallible {
+        // SAFETY (all `unsafe` blocks in this body): per this function's contract.
+        let handle = unsafe { arg_ref(handle, "handle") }?;
+        let id = unsafe { arg_task_id(task_id) }?;
+        let session = unsafe { opt_session(session) }?;
+        let result_out = Out::new(result_out, "result_out")?;
+        let res = handle.handle.get_result(id, session.as_ref())?;
+        unsafe { result_out.write(mcpts_bytes::json(&ResultJson::from(&res))?) };
+        Ok(())
+    })
+}
+
+/// The JSON shape of a page: `{"tasks": [...], "nextCursor": "..."}`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PageJson<'a> {
+    tasks: &'a [Task],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<&'a str>,
+}
+
+/// Writes one page of the caller's tasks, in creation order, to `*page_out` as JSON:
+/// `{"tasks": [...], "nextCursor": "..."}`; `nextCursor` is absent on the last page.
+///
+/// `session` selects the caller's tasks (NULL: sessionless tasks only). `cursor` is NULL
+/// for the first page, else a `nextCursor` from an earlier page of the same session.
+/// Pages hold the configured `page_size` tasks at most.
+///
+/// Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT`, `INVALID_CURSOR`, `CLOSED`.
+///
+/// Thread safety: any thread, concurrently with other calls on `handle`.
+///
+/// # Safety
+///
+/// `handle` must be NULL or live; string arguments NULL or NUL-terminated; `page_out` NULL
+/// or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_handle_list(
+    handle: *const mcpts_handle,
+    session: *const c_char,
+    cursor: *const c_char,
+    page_out: *mut *mut mcpts_bytes,
+) -> mcpts_result {
+    ffi_boundary!(fallible {
+        // SAFETY (all `unsafe` blocks in this body): per this function's contract.
+        let handle = unsafe { arg_ref(handle, "handle") }?;
+        let session = unsafe { opt_session(session) }?;
+        let cursor = unsafe { opt_str(cursor, "cursor") }?;
+        let page_out = Out::new(page_out, "page_out")?;
+        let TaskPage { tasks, next_cursor } = handle.handle.list(session.as_ref(), cursor)?;
+        let page = PageJson {
+            tasks: &tasks,
+            next_cursor: next_cursor.as_deref(),
+        };
+        unsafe { page_out.write(mcpts_bytes::json(&page)?) };
+        Ok(())
+    })
+}
+
+/// The JSON shape of a cancel: `{"task": {...}, "cancelled": true}`.
+#[derive(Serialize)]
+struct CancelJson<'a> {
+    task: &'a Task,
+    cancelled: bool,
+}
+
+/// Cancels a live task (it is `cancelled` before this returns, and its waiters wake) and
+/// writes `{"task": {...}, "cancelled": true}` to `*outcome_out`. On a task that is already
+/// terminal nothing changes and `cancelled` is `false` (cancel is idempotent). `message`
+/// is an optional status message (NULL for none).
+///
+/// Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT`, `NOT_FOUND`, `CLOSED`.
+///
+/// Thread safety: any thread, concurrently with other calls on `handle`.
+///
+/// # Safety
+///
+/// `handle` must be NULL or live; string arguments NULL or NUL-terminated; `outcome_out`
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_handle_cancel(
+    handle: *const mcpts_handle,
+    task_id: *const c_char,
+    session: *const c_char,
+    message: *const c_char,
+    outcome_out: *mut *mut mcpts_bytes,
+) -> mcpts_result {
+    ffi_boundary!(fallible {
+        // SAFETY (all `unsafe` blocks in this body): per this function's contract.
+        let handle = unsafe { arg_ref(handle, "handle") }?;
+        let id = unsafe { arg_task_id(task_id) }?;
+        let session = unsafe { opt_session(session) }?;
+        let message = unsafe { opt_str(message, "message") }?.map(str::to_owned);
+        let outcome_out = Out::new(outcome_out, "outcome_out")?;
+        let CancelOutcome { task, cancelled } =
+            handle.handle.cancel(id, session.as_ref(), message)?;
+        let outcome = CancelJson {
+            task: &task,
+            cancelled,
+        };
+        unsafe { outcome_out.write(mcpts_bytes::json(&outcome)?) };
+        Ok(())
+    })
+}
+
+/// Blocks until the task is terminal and writes it to `*task_out` as JSON, or returns
+/// `TIMEOUT` after `timeout_ms` milliseconds ([`MCPTS_WAIT_FOREVER`] for no timeout; 0
+/// checks without waiting). Cancel, completion and expiry all wake it.
+///
+/// Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT`, `NOT_FOUND` (also when the task disappears
+/// while waiting), `TIMEOUT`, `LIMIT_EXCEEDED` (too many waiters on the task), `CLOSED`
+/// (also when the store is freed while waiting).
+///
+/// Thread safety: any thread, concurrently with other calls on `handle`; blocks only the
+/// calling thread.
+///
+/// # Safety
+///
+/// `handle` must be NULL or live; string arguments NULL or NUL-terminated; `task_out` NULL
+/// or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_handle_wait(
+    handle: *const mcpts_handle,
+    task_id: *const c_char,
+    session: *const c_char,
+    timeout_ms: u64,
+    task_out: *mut *mut mcpts_bytes,
+) -> mcpts_result {
+    ffi_boundary!(fallible {
+        // SAFETY (all `unsafe` blocks in this body): per this function's contract.
+        let handle = unsafe { arg_ref(handle, "handle") }?;
+        let id = unsafe { arg_task_id(task_id) }?;
+        let session = unsafe { opt_session(session) }?;
+        let task_out = Out::new(task_out, "task_out")?;
+        let task = handle
+            .handle
+            .wait_terminal(id, session.as_ref(), timeout(timeout_ms))?;
+        unsafe { task_out.write(mcpts_bytes::json(&task)?) };
+        Ok(())
+    })
+}
+
+/// Adds input requests to a live task, moves it to `input_required`, and writes the
+/// updated task to `*task_out` as JSON.
+///
+/// `requests_json` (`requests_len` bytes) is an object mapping each new key to its request,
+/// e.g. `{"ask-1": {"method": "elicitation/create", "params": {...}}}`. Keys are unique
+/// over the task's whole life.
+///
+/// Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (not an object, empty, too
+/// many keys), `NOT_FOUND`, `ALREADY_TERMINAL`, `INPUT_KEY_REUSED`, `CLOSED`.
+///
+/// Thread safety: any thread, concurrently with other calls on `handle`.
+///
+/// # Safety
+///
+/// `handle` must be NULL or live; string arguments NULL or NUL-terminated; `requests_json`
+/// NULL or readable for `requests_len` bytes; `task_out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_handle_set_input_requests(
+    handle: *const mcpts_handle,
+    task_id: *const c_char,
+    session: *const c_char,
+    requests_json: *const u8,
+    requests_len: usize,
+    task_out: *mut *mut mcpts_bytes,
+) -> mcpts_result {
+    ffi_boundary!(fallible {
+        // SAFETY (all `unsafe` blocks in this body): per this function's contract.
+        let handle = unsafe { arg_ref(handle, "handle") }?;
+        let id = unsafe { arg_task_id(task_id) }?;
+        let session = unsafe { opt_session(session) }?;
+        let json = unsafe { arg_bytes(requests_json, requests_len, "requests_json") }?;
+        let task_out = Out::new(task_out, "task_out")?;
+        let requests: InputRequests = parse_json(json, "input requests")?;
+        let task = handle
+            .handle
+            .set_input_requests(id, session.as_ref(), requests)?;
+        unsafe { task_out.write(mcpts_bytes::json(&task)?) };
+        Ok(())
+    })
+}
+
+/// Answers input requests and writes the updated task to `*task_out` as JSON. Answered keys
+/// stop being pending; when none is left the task returns to `working`. Keys that are not
+/// pending are ignored; a terminal task is never revived.
+///
+/// `responses_json` (`responses_len` bytes) is an object mapping keys to answers, e.g.
+/// `{"ask-1": {"action": "accept", "content": {"name": "x"}}}`.
+///
+/// Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT`, `NOT_FOUND`,
+/// `ALREADY_TERMINAL`, `CLOSED`.
+///
+/// Thread safety: any thread, concurrently with other calls on `handle`.
+///
+/// # Safety
+///
+/// `handle` must be NULL or live; string arguments NULL or NUL-terminated; `responses_json`
+/// NULL or readable for `responses_len` bytes; `task_out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_handle_resolve_input(
+    handle: *const mcpts_handle,
+    task_id: *const c_char,
+    session: *const c_char,
+    responses_json: *const u8,
+    responses_len: usize,
+    task_out: *mut *mut mcpts_bytes,
+) -> mcpts_result {
+    ffi_boundary!(fallible {
+        // SAFETY (all `unsafe` blocks in this body): per this function's contract.
+        let handle = unsafe { arg_ref(handle, "handle") }?;
+        let id = unsafe { arg_task_id(task_id) }?;
+        let session = unsafe { opt_session(session) }?;
+        let json = unsafe { arg_bytes(responses_json, responses_len, "responses_json") }?;
+        let task_out = Out::new(task_out, "task_out")?;
+        let responses: InputResponses = parse_json(json, "input responses")?;
+        let task = handle
+            .handle
+            .resolve_input(id, session.as_ref(), responses)?;
+        unsafe { task_out.write(mcpts_bytes::json(&task)?) };
+        Ok(())
+    })
+}
+
+/// Blocks until the input request `key` of the task is answered and writes the answer (the
+/// JSON value given to [`mcpts_handle_resolve_input`]) to `*answer_out`; `TIMEOUT` after
+/// `timeout_ms` ([`MCPTS_WAIT_FOREVER`] for none). This is how a worker written in C reads
+/// the answers to its input requests. Each answer is handed out once: a second wait on the
+/// same key gives `UNKNOWN_INPUT_KEY`.
+///
+/// Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT`, `NOT_FOUND`, `UNKNOWN_INPUT_KEY`,
+/// `ALREADY_TERMINAL` (the task ended without an answer), `TIMEOUT`, `LIMIT_EXCEEDED`,
+/// `CLOSED` (also when the store is freed while waiting).
+///
+/// Thread safety: any thread, concurrently with other calls on `handle`; blocks only the
+/// calling thread.
+///
+/// # Safety
+///
+/// `handle` must be NULL or live; string arguments NULL or NUL-terminated; `answer_out`
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_handle_wait_input(
+    handle: *const mcpts_handle,
+    task_id: *const c_char,
+    session: *const c_char,
+    key: *const c_char,
+    timeout_ms: u64,
+    answer_out: *mut *mut mcpts_bytes,
+) -> mcpts_result {
+    ffi_boundary!(fallible {
+        // SAFETY (all `unsafe` blocks in this body): per this function's contract.
+        let handle = unsafe { arg_ref(handle, "handle") }?;
+        let id = unsafe { arg_task_id(task_id) }?;
+        let session = unsafe { opt_session(session) }?;
+        let key = unsafe { arg_str(key, "key") }?;
+        let answer_out = Out::new(answer_out, "answer_out")?;
+        let answer = handle
+            .handle
+            .wait_input(id, session.as_ref(), key, timeout(timeout_ms))?;
+        unsafe { answer_out.write(mcpts_bytes::json(&answer)?) };
+        Ok(())
+    })
+}

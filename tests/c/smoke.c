@@ -1,0 +1,391 @@
+/*
+ * Calls every mcpts_* entry point, error paths included. Driven by tests/ffi.rs, plain
+ * and under valgrind. Exits 0 when every check holds, 1 at the first one that does not.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mcp_task_store.h"
+
+#define FAIL(...)                                                                       \
+    do {                                                                                \
+        fprintf(stderr, "smoke.c:%d: ", __LINE__);                                      \
+        fprintf(stderr, __VA_ARGS__);                                                   \
+        fprintf(stderr, "\n");                                                          \
+        exit(1);                                                                        \
+    } while (0)
+
+#define CHECK(cond)                                                                     \
+    do {                                                                                \
+        if (!(cond)) FAIL("check failed: %s", #cond);                                   \
+    } while (0)
+
+/* Runs `call`, which must return `want`. */
+#define EXPECT(want, call)                                                              \
+    do {                                                                                \
+        mcpts_result got_ = (call);                                                     \
+        if (got_ != (want)) {                                                           \
+            char msg_[256];                                                             \
+            mcpts_last_error(msg_, sizeof msg_);                                        \
+            FAIL("%s returned %s, want %s (last error: %s)", #call,                     \
+                 mcpts_result_name(got_), mcpts_result_name(want), msg_);               \
+        }                                                                               \
+    } while (0)
+
+#define OK(call) EXPECT(MCPTS_RESULT_OK, call)
+
+/* The calling thread's last error must contain `needle`. */
+static void expect_error_mentions(const char *needle, int line) {
+    char msg[512];
+    size_t n = mcpts_last_error(msg, sizeof msg);
+    if (n == 0 || strstr(msg, needle) == NULL) {
+        fprintf(stderr, "smoke.c:%d: last error '%s' lacks '%s'\n", line, msg, needle);
+        exit(1);
+    }
+}
+#define MENTIONS(needle) expect_error_mentions((needle), __LINE__)
+
+/* A pointer no allocator returns, to show failed calls leave out-params alone. */
+#define SENTINEL ((void *)0x1)
+
+static const uint8_t *u8(const char *s) { return (const uint8_t *)s; }
+
+/* Takes ownership of `bytes`: checks it holds `needle`, then frees it. */
+static void expect_json(mcpts_bytes *bytes, const char *needle, int line) {
+    const char *text = mcpts_bytes_data(bytes);
+    if (text == NULL || strlen(text) != mcpts_bytes_len(bytes) || strstr(text, needle) == NULL) {
+        fprintf(stderr, "smoke.c:%d: JSON %s lacks %s\n", line, text ? text : "(null)", needle);
+        exit(1);
+    }
+    mcpts_bytes_free(bytes);
+}
+/* ... and resets the variable, so later checks can tell whether a call wrote to it. */
+#define JSON_HAS(bytes, needle)                                                         \
+    do {                                                                                \
+        expect_json((bytes), (needle), __LINE__);                                       \
+        (bytes) = SENTINEL;                                                             \
+    } while (0)
+
+/* Creates a task from `request` and copies its id (a 36-character UUID) into `id`. */
+static void create_task(const mcpts_handle *h, const char *request, char id[37]) {
+    mcpts_bytes *task = NULL;
+    OK(mcpts_handle_create(h, u8(request), strlen(request), &task));
+    const char *found = strstr(mcpts_bytes_data(task), "\"taskId\":\"");
+    CHECK(found != NULL);
+    memcpy(id, found + strlen("\"taskId\":\""), 36);
+    id[36] = '\0';
+    CHECK(strstr(mcpts_bytes_data(task), "\"status\":\"working\"") != NULL);
+    mcpts_bytes_free(task);
+}
+
+/* Walks every page of `session`'s tasks; returns how many there are. */
+static int count_tasks(const mcpts_handle *h, const char *session) {
+    int n = 0;
+    char cursor[256] = "";
+    for (;;) {
+        mcpts_bytes *page = NULL;
+        OK(mcpts_handle_list(h, session, cursor[0] ? cursor : NULL, &page));
+        const char *text = mcpts_bytes_data(page);
+        for (const char *p = text; (p = strstr(p, "\"taskId\"")) != NULL; p++) n++;
+        const char *next = strstr(text, "\"nextCursor\":\"");
+        if (next == NULL) {
+            mcpts_bytes_free(page);
+            return n;
+        }
+        next += strlen("\"nextCursor\":\"");
+        size_t len = strcspn(next, "\"");
+        CHECK(len < sizeof cursor);
+        memcpy(cursor, next, len);
+        cursor[len] = '\0';
+        mcpts_bytes_free(page);
+    }
+}
+
+struct waiter {
+    mcpts_handle *handle;
+    const char *task_id;
+    mcpts_result result;
+};
+
+static void *wait_forever(void *arg) {
+    struct waiter *w = arg;
+    mcpts_bytes *task = SENTINEL;
+    w->result = mcpts_handle_wait(w->handle, w->task_id, NULL, MCPTS_WAIT_FOREVER, &task);
+    if (task != SENTINEL) w->result = MCPTS_RESULT_PANIC; /* written on failure: a bug */
+    return NULL;
+}
+
+static void result_names(void) {
+    CHECK(strcmp(mcpts_result_name(MCPTS_RESULT_OK), "MCPTS_RESULT_OK") == 0);
+    CHECK(strcmp(mcpts_result_name(MCPTS_RESULT_NOT_FOUND), "MCPTS_RESULT_NOT_FOUND") == 0);
+    CHECK(strcmp(mcpts_result_name(MCPTS_RESULT_TIMEOUT), "MCPTS_RESULT_TIMEOUT") == 0);
+    CHECK(strcmp(mcpts_result_name(9999), "MCPTS_RESULT_UNKNOWN") == 0);
+}
+
+static void bytes_and_last_error_edges(void) {
+    mcpts_bytes_free(NULL);
+    CHECK(mcpts_bytes_data(NULL) == NULL);
+    CHECK(mcpts_bytes_len(NULL) == 0);
+    mcpts_store_free(NULL);
+    mcpts_handle_free(NULL);
+
+    /* A failure sets the last error; it can be measured, truncated, and read again. */
+    mcpts_store *store = SENTINEL;
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_store_new(NULL, 0, &store));
+    CHECK(store == SENTINEL);
+    size_t n = mcpts_last_error(NULL, 0);
+    CHECK(n == strlen("argument 'config_json' is NULL"));
+    char small[8];
+    CHECK(mcpts_last_error(small, sizeof small) == n);
+    CHECK(strcmp(small, "argumen") == 0);
+    MENTIONS("config_json");
+}
+
+static void store_new_errors(void) {
+    mcpts_store *store = SENTINEL;
+    const char *ok = "{}";
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_store_new(u8(ok), strlen(ok), NULL));
+    MENTIONS("store_out");
+    const char *cases[][2] = {
+        {"{", "syntax"},
+        {"{\"ttl\": 5}", "unknown field `ttl`"},
+        {"{\"default_ttl\": \"soon\"}", "soon"},
+        {"{\"page_size\": 0}", "page_size"},
+        {"{\"default_ttl\": \"2h\", \"max_ttl\": \"1h\"}", "default_ttl"},
+        {"{\"expiry\": \"later\"}", "later"},
+        {"{\"expiry\": {\"policy\": \"remove\", \"grace\": \"1s\"}}", "grace"},
+        {"[1, 2]", "store configuration"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mcpts_result r = mcpts_store_new(u8(cases[i][0]), strlen(cases[i][0]), &store);
+        mcpts_result want = i == 0 ? MCPTS_RESULT_INVALID_JSON : MCPTS_RESULT_INVALID_CONFIG;
+        if (r != want) FAIL("config %s gave %s", cases[i][0], mcpts_result_name(r));
+        if (i > 0) MENTIONS(cases[i][1]);
+        CHECK(store == SENTINEL);
+    }
+}
+
+int main(void) {
+    result_names();
+    bytes_and_last_error_edges();
+    store_new_errors();
+
+    const char *config =
+        "{\"default_ttl\": \"10m\", \"max_ttl\": 3600000, \"poll_interval\": \"250ms\","
+        " \"page_size\": 2, \"max_tasks\": 100, \"max_tasks_per_session\": 50,"
+        " \"expiry\": {\"policy\": \"fail\", \"grace\": \"5s\"}}";
+    mcpts_store *store = NULL;
+    OK(mcpts_store_new(u8(config), strlen(config), &store));
+    CHECK(mcpts_last_error(NULL, 0) == 0); /* success clears it */
+
+    mcpts_handle *h = SENTINEL, *h2 = SENTINEL;
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_store_handle(NULL, &h));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_store_handle(store, NULL));
+    CHECK(h == SENTINEL);
+    OK(mcpts_store_handle(store, &h));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_clone(NULL, &h2));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_clone(h, NULL));
+    CHECK(h2 == SENTINEL);
+    OK(mcpts_handle_clone(h, &h2));
+
+    /* create */
+    mcpts_bytes *out = SENTINEL;
+    const char *req = "{\"ttl\": 60000, \"origin\": {\"method\": \"tools/call\"}}";
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_create(NULL, u8(req), strlen(req), &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_create(h, NULL, 0, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_create(h, u8(req), strlen(req), NULL));
+    EXPECT(MCPTS_RESULT_INVALID_JSON, mcpts_handle_create(h, u8("{\"ttl\":"), 7, &out));
+    EXPECT(MCPTS_RESULT_INVALID_ARGUMENT, mcpts_handle_create(h, u8("{\"tll\":1}"), 9, &out));
+    MENTIONS("unknown field `tll`");
+    EXPECT(MCPTS_RESULT_INVALID_ARGUMENT, mcpts_handle_create(h, u8("{\"ttl\":-1}"), 10, &out));
+    CHECK(out == SENTINEL);
+    OK(mcpts_handle_create(h, u8(req), strlen(req), &out));
+    CHECK(out != SENTINEL);
+    JSON_HAS(out, "\"ttl\":60000");
+
+    char a[37], b[37], c[37], s1[37];
+    create_task(h, "{}", a);
+    create_task(h2, "{\"ttl\": null, \"session\": null}", b);
+    create_task(h, "{\"ttl\": 0}", c);
+    create_task(h, "{\"session\": \"s1\"}", s1);
+
+    /* get */
+    out = SENTINEL;
+    OK(mcpts_handle_get(h, a, NULL, &out));
+    JSON_HAS(out, "\"pollInterval\":250");
+    OK(mcpts_handle_get(h, s1, "s1", &out));
+    JSON_HAS(out, "\"ttl\":600000"); /* the default TTL */
+    out = SENTINEL;
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_get(NULL, a, NULL, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_get(h, NULL, NULL, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_get(h, a, NULL, NULL));
+    EXPECT(MCPTS_RESULT_NOT_FOUND,
+           mcpts_handle_get(h, "00000000-0000-4000-8000-000000000000", NULL, &out));
+    EXPECT(MCPTS_RESULT_NOT_FOUND, mcpts_handle_get(h, "not-a-uuid", NULL, &out));
+    EXPECT(MCPTS_RESULT_NOT_FOUND, mcpts_handle_get(h, a, "s1", &out));  /* foreign */
+    EXPECT(MCPTS_RESULT_NOT_FOUND, mcpts_handle_get(h, s1, NULL, &out)); /* strict */
+    EXPECT(MCPTS_RESULT_INVALID_ARGUMENT, mcpts_handle_get(h, a, "\xff", &out));
+    MENTIONS("UTF-8");
+    CHECK(out == SENTINEL);
+
+    /* update status */
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER,
+           mcpts_handle_update_status(NULL, a, NULL, "working", NULL, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER,
+           mcpts_handle_update_status(h, a, NULL, NULL, NULL, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER,
+           mcpts_handle_update_status(h, a, NULL, "working", NULL, NULL));
+    EXPECT(MCPTS_RESULT_INVALID_ARGUMENT,
+           mcpts_handle_update_status(h, a, NULL, "sleeping", NULL, &out));
+    MENTIONS("sleeping");
+    EXPECT(MCPTS_RESULT_NOT_FOUND,
+           mcpts_handle_update_status(h, a, "s1", "working", NULL, &out));
+    CHECK(out == SENTINEL);
+    OK(mcpts_handle_update_status(h, a, NULL, "working", "step 1 of 3", &out));
+    JSON_HAS(out, "\"statusMessage\":\"step 1 of 3\"");
+
+    /* input requests */
+    const char *ask = "{\"ask-1\": {\"method\": \"elicitation/create\", \"params\": {}}}";
+    const char *answer = "{\"ask-1\": {\"action\": \"accept\"}, \"stray\": 1}";
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER,
+           mcpts_handle_set_input_requests(NULL, a, NULL, u8(ask), strlen(ask), &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER,
+           mcpts_handle_set_input_requests(h, a, NULL, NULL, 0, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER,
+           mcpts_handle_set_input_requests(h, a, NULL, u8(ask), strlen(ask), NULL));
+    EXPECT(MCPTS_RESULT_INVALID_JSON, mcpts_handle_set_input_requests(h, a, NULL, u8("{"), 1, &out));
+    EXPECT(MCPTS_RESULT_INVALID_ARGUMENT,
+           mcpts_handle_set_input_requests(h, a, NULL, u8("[1]"), 3, &out));
+    CHECK(out == SENTINEL);
+    OK(mcpts_handle_set_input_requests(h, a, NULL, u8(ask), strlen(ask), &out));
+    JSON_HAS(out, "\"status\":\"input_required\"");
+    EXPECT(MCPTS_RESULT_INPUT_KEY_REUSED,
+           mcpts_handle_set_input_requests(h, a, NULL, u8(ask), strlen(ask), &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_wait_input(h, a, NULL, NULL, 0, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_wait_input(NULL, a, NULL, "ask-1", 0, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_wait_input(h, a, NULL, "ask-1", 0, NULL));
+    EXPECT(MCPTS_RESULT_TIMEOUT, mcpts_handle_wait_input(h, a, NULL, "ask-1", 20, &out));
+    EXPECT(MCPTS_RESULT_UNKNOWN_INPUT_KEY, mcpts_handle_wait_input(h, a, NULL, "nope", 0, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER,
+           mcpts_handle_resolve_input(NULL, a, NULL, u8(answer), strlen(answer), &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_resolve_input(h, a, NULL, NULL, 0, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER,
+           mcpts_handle_resolve_input(h, a, NULL, u8(answer), strlen(answer), NULL));
+    EXPECT(MCPTS_RESULT_INVALID_JSON, mcpts_handle_resolve_input(h, a, NULL, u8("nul"), 3, &out));
+    EXPECT(MCPTS_RESULT_NOT_FOUND,
+           mcpts_handle_resolve_input(h, b, "s1", u8(answer), strlen(answer), &out));
+    CHECK(out == SENTINEL);
+    OK(mcpts_handle_resolve_input(h, a, NULL, u8(answer), strlen(answer), &out));
+    JSON_HAS(out, "\"status\":\"working\"");
+    OK(mcpts_handle_wait_input(h, a, NULL, "ask-1", MCPTS_WAIT_FOREVER, &out));
+    JSON_HAS(out, "\"action\":\"accept\"");
+
+    /* results */
+    const char *result = "{\"result\": {\"content\": [], \"isError\": false}, \"message\": \"done\"}";
+    const char *error = "{\"error\": {\"code\": -32603, \"message\": \"boom\"}}";
+    EXPECT(MCPTS_RESULT_NO_RESULT, mcpts_handle_get_result(h, a, NULL, &out));
+    EXPECT(MCPTS_RESULT_TIMEOUT, mcpts_handle_wait(h, a, NULL, 20, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER,
+           mcpts_handle_store_result(NULL, a, NULL, u8(result), strlen(result), &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_store_result(h, a, NULL, NULL, 0, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER,
+           mcpts_handle_store_result(h, a, NULL, u8(result), strlen(result), NULL));
+    EXPECT(MCPTS_RESULT_INVALID_JSON, mcpts_handle_store_result(h, a, NULL, u8("{]"), 2, &out));
+    const char *both = "{\"result\": {}, \"error\": {}}";
+    EXPECT(MCPTS_RESULT_INVALID_ARGUMENT,
+           mcpts_handle_store_result(h, a, NULL, u8(both), strlen(both), &out));
+    MENTIONS("exactly one");
+    const char *cancelled = "{\"status\": \"cancelled\", \"result\": {}}";
+    EXPECT(MCPTS_RESULT_INVALID_ARGUMENT,
+           mcpts_handle_store_result(h, a, NULL, u8(cancelled), strlen(cancelled), &out));
+    CHECK(out == SENTINEL);
+    OK(mcpts_handle_store_result(h, a, NULL, u8(result), strlen(result), &out));
+    JSON_HAS(out, "\"status\":\"completed\"");
+    EXPECT(MCPTS_RESULT_ALREADY_TERMINAL,
+           mcpts_handle_store_result(h, a, NULL, u8(error), strlen(error), &out));
+    EXPECT(MCPTS_RESULT_INVALID_TRANSITION,
+           mcpts_handle_update_status(h, a, NULL, "working", NULL, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_get_result(NULL, a, NULL, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_get_result(h, a, NULL, NULL));
+    CHECK(out == SENTINEL);
+    OK(mcpts_handle_get_result(h, a, NULL, &out));
+    JSON_HAS(out, "\"result\":{\"content\":[],\"isError\":false}");
+    OK(mcpts_handle_wait(h, a, NULL, MCPTS_WAIT_FOREVER, &out));
+    JSON_HAS(out, "\"statusMessage\":\"done\"");
+    OK(mcpts_handle_store_result(h, b, NULL, u8(error), strlen(error), &out));
+    JSON_HAS(out, "\"status\":\"failed\"");
+    OK(mcpts_handle_get_result(h, b, NULL, &out));
+    JSON_HAS(out, "\"error\":{\"code\":-32603,\"message\":\"boom\"}");
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_wait(NULL, a, NULL, 0, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_wait(h, a, NULL, 0, NULL));
+    EXPECT(MCPTS_RESULT_NOT_FOUND, mcpts_handle_wait(h, "x", NULL, 0, &out));
+
+    /* cancel */
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_cancel(NULL, c, NULL, NULL, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_cancel(h, NULL, NULL, NULL, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_cancel(h, c, NULL, NULL, NULL));
+    EXPECT(MCPTS_RESULT_NOT_FOUND, mcpts_handle_cancel(h, c, "s1", NULL, &out));
+    CHECK(out == SENTINEL);
+    OK(mcpts_handle_cancel(h, c, NULL, "user asked", &out));
+    JSON_HAS(out, "\"cancelled\":true");
+    OK(mcpts_handle_cancel(h, c, NULL, NULL, &out));
+    JSON_HAS(out, "\"cancelled\":false");
+    EXPECT(MCPTS_RESULT_NO_RESULT, mcpts_handle_get_result(h, c, NULL, &out));
+    EXPECT(MCPTS_RESULT_ALREADY_TERMINAL, mcpts_handle_resolve_input(h, c, NULL, u8("{}"), 2, &out));
+
+    /* list: 4 sessionless tasks over pages of 2, one in s1, none in s2 */
+    CHECK(count_tasks(h, NULL) == 4);
+    CHECK(count_tasks(h2, "s1") == 1);
+    CHECK(count_tasks(h, "s2") == 0);
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_list(NULL, NULL, NULL, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_list(h, NULL, NULL, NULL));
+    EXPECT(MCPTS_RESULT_INVALID_CURSOR, mcpts_handle_list(h, NULL, "garbage", &out));
+    CHECK(out == SENTINEL);
+
+    /* limits, on a second store */
+    const char *tight = "{\"max_tasks_per_session\": 1, \"expiry\": \"remove\"}";
+    mcpts_store *store2 = NULL;
+    mcpts_handle *h3 = NULL;
+    OK(mcpts_store_new(u8(tight), strlen(tight), &store2));
+    OK(mcpts_store_handle(store2, &h3));
+    char t[37];
+    create_task(h3, "{\"session\": \"s\"}", t);
+    const char *again = "{\"session\": \"s\"}";
+    EXPECT(MCPTS_RESULT_LIMIT_EXCEEDED, mcpts_handle_create(h3, u8(again), strlen(again), &out));
+    MENTIONS("per session");
+    mcpts_handle_free(h3);
+    mcpts_store_free(store2);
+
+    /* freeing the store wakes a blocked waiter with CLOSED ... */
+    char d[37];
+    create_task(h, "{}", d);
+    struct waiter w = {h2, d, MCPTS_RESULT_OK};
+    pthread_t thread;
+    CHECK(pthread_create(&thread, NULL, wait_forever, &w) == 0);
+    struct timespec pause = {0, 100 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    mcpts_store_free(store);
+    CHECK(pthread_join(thread, NULL) == 0);
+    if (w.result != MCPTS_RESULT_CLOSED) FAIL("waiter got %s", mcpts_result_name(w.result));
+
+    /* ... and handles used afterwards report CLOSED, never crash */
+    EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_create(h, u8("{}"), 2, &out));
+    MENTIONS("closed");
+    EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_get(h, d, NULL, &out));
+    EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_list(h2, NULL, NULL, &out));
+    EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_wait(h2, d, NULL, MCPTS_WAIT_FOREVER, &out));
+    EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_cancel(h, d, NULL, NULL, &out));
+    CHECK(out == SENTINEL);
+    mcpts_handle *h4 = NULL;
+    OK(mcpts_handle_clone(h, &h4)); /* cloning needs no store */
+    EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_update_status(h4, d, NULL, "failed", NULL, &out));
+    mcpts_handle_free(h4);
+    mcpts_handle_free(h2);
+    mcpts_handle_free(h);
+
+    printf("smoke.c: all checks passed\n");
+    return 0;
+}

@@ -1,0 +1,193 @@
+//! Drives the C ABI from outside Rust: builds the C library (`cdylib`), then runs the C
+//! program `tests/c/smoke.c` (plainly and under valgrind) and the Python ctypes program
+//! `tests/python/ffi_threads.py`. gcc, valgrind and python3 are required: a missing tool
+//! fails the test, it never skips.
+#![cfg(feature = "ffi")]
+
+use std::ffi::CStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::ptr;
+use std::sync::OnceLock;
+
+use mcp_task_store::ffi::*;
+
+fn manifest_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `cmd`, failing loudly with its output unless it exits 0.
+fn run(what: &str, cmd: &mut Command) -> Output {
+    let output = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?} (is it installed?): {e}"));
+    let text = format!(
+        "{what}: {cmd:?} exited with {}\n--- stdout\n{}\n--- stderr\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{text}");
+    output
+}
+
+/// The C library, built once per test run. It gets its own target directory: the outer
+/// cargo may hold the lock on ours while tests run.
+fn library() -> &'static Path {
+    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ffi-lib");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        run(
+            "build the C library",
+            Command::new(cargo)
+                .current_dir(manifest_dir())
+                .args(["rustc", "--quiet", "--lib", "--features", "ffi"])
+                .args(["--crate-type", "cdylib"])
+                .env("CARGO_TARGET_DIR", &target_dir),
+        );
+        let name = format!(
+            "{}mcp_task_store{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        );
+        let library = target_dir.join("debug").join(name);
+        assert!(library.is_file(), "{} was not built", library.display());
+        library
+    })
+}
+
+/// `tests/c/smoke.c` compiled with gcc against the committed header and the library.
+fn smoke_binary() -> &'static Path {
+    static SMOKE: OnceLock<PathBuf> = OnceLock::new();
+    SMOKE.get_or_init(|| {
+        let library = library();
+        let lib_dir = library.parent().unwrap();
+        let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ffi-smoke");
+        run(
+            "compile tests/c/smoke.c",
+            Command::new("gcc")
+                .current_dir(manifest_dir())
+                .args(["-std=c11", "-D_POSIX_C_SOURCE=200809L", "-g", "-O0"])
+                .args([
+                    "-Wall",
+                    "-Wextra",
+                    "-Werror",
+                    "-Iinclude",
+                    "tests/c/smoke.c",
+                ])
+                .arg("-L")
+                .arg(lib_dir)
+                .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+                .args(["-lmcp_task_store", "-lpthread", "-o"])
+                .arg(&binary),
+        );
+        binary
+    })
+}
+
+#[test]
+fn c_smoke() {
+    let output = run("tests/c/smoke.c", &mut Command::new(smoke_binary()));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("all checks passed"));
+}
+
+#[test]
+fn c_smoke_under_valgrind() {
+    let output = run(
+        "tests/c/smoke.c under valgrind",
+        Command::new("valgrind")
+            .args(["--error-exitcode=1", "--leak-check=full"])
+            .args(["--errors-for-leak-kinds=definite", "--quiet"])
+            .arg(smoke_binary()),
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("all checks passed"));
+}
+
+#[test]
+fn python_ctypes_threads() {
+    let output = run(
+        "tests/python/ffi_threads.py",
+        Command::new("python3")
+            .current_dir(manifest_dir())
+            .arg("tests/python/ffi_threads.py")
+            .arg(library()),
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("ffi_threads.py: ok"));
+}
+
+fn last_error() -> String {
+    let mut buf = [0 as std::ffi::c_char; 256];
+    // SAFETY: `buf` is writable for its length.
+    unsafe { mcpts_last_error(buf.as_mut_ptr(), buf.len()) };
+    // SAFETY: the library NUL-terminates what it writes.
+    unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The same entry points called straight from Rust: NULLs, clone and free, error text.
+#[test]
+fn entry_points_from_rust() {
+    // SAFETY (whole test): every pointer passed is NULL, a live local, or one the library
+    // returned and that is freed exactly once.
+    unsafe {
+        let mut store: *mut mcpts_store = ptr::null_mut();
+        let config = br#"{"page_size": 1}"#;
+        assert_eq!(
+            mcpts_store_new(ptr::null(), 0, &mut store),
+            mcpts_result::NullParameter
+        );
+        assert_eq!(last_error(), "argument 'config_json' is NULL");
+        assert_eq!(
+            mcpts_store_new(config.as_ptr(), config.len(), &mut store),
+            mcpts_result::Ok
+        );
+        assert_eq!(last_error(), "");
+
+        let mut handle: *mut mcpts_handle = ptr::null_mut();
+        let mut twin: *mut mcpts_handle = ptr::null_mut();
+        assert_eq!(mcpts_store_handle(store, &mut handle), mcpts_result::Ok);
+        assert_eq!(mcpts_handle_clone(handle, &mut twin), mcpts_result::Ok);
+
+        let mut task: *mut mcpts_bytes = ptr::null_mut();
+        let req = br#"{"session": "s"}"#;
+        assert_eq!(
+            mcpts_handle_create(twin, req.as_ptr(), req.len(), &mut task),
+            mcpts_result::Ok
+        );
+        let json: serde_json::Value = serde_json::from_slice(std::slice::from_raw_parts(
+            mcpts_bytes_data(task).cast::<u8>(),
+            mcpts_bytes_len(task),
+        ))
+        .unwrap();
+        mcpts_bytes_free(task);
+        assert_eq!(json["status"], "working");
+        let id = std::ffi::CString::new(json["taskId"].as_str().unwrap()).unwrap();
+
+        let mut out: *mut mcpts_bytes = ptr::null_mut();
+        assert_eq!(
+            mcpts_handle_get(handle, id.as_ptr(), ptr::null(), &mut out),
+            mcpts_result::NotFound
+        );
+        assert_eq!(last_error(), "task not found");
+        assert!(out.is_null());
+        assert_eq!(
+            mcpts_handle_get(handle, id.as_ptr(), c"s".as_ptr(), &mut out),
+            mcpts_result::Ok
+        );
+        mcpts_bytes_free(out);
+
+        mcpts_handle_free(twin);
+        mcpts_store_free(store);
+        assert_eq!(
+            mcpts_handle_list(handle, c"s".as_ptr(), ptr::null(), &mut out),
+            mcpts_result::Closed
+        );
+        assert_eq!(last_error(), "the task store is closed");
+        mcpts_handle_free(handle);
+
+        let name = CStr::from_ptr(mcpts_result_name(mcpts_result::Closed as u32));
+        assert_eq!(name.to_str().unwrap(), "MCPTS_RESULT_CLOSED");
+    }
+}
