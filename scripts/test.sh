@@ -6,6 +6,20 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# Tools the tests need besides cargo: a C compiler and valgrind (the C ABI tests), Python
+# (the ctypes test), Node and npm (the interop suites). Install what a fresh machine lacks.
+missing=()
+command -v gcc >/dev/null || missing+=(gcc)
+command -v valgrind >/dev/null || missing+=(valgrind)
+command -v python3 >/dev/null || missing+=(python3)
+if [ ${#missing[@]} -gt 0 ]; then
+    step "installing ${missing[*]}"
+    apt-get update -qq && apt-get install -y -qq "${missing[@]}"
+fi
+for tool in node npm; do
+    command -v "$tool" >/dev/null || { echo "test.sh: $tool is required (Node 20+)" >&2; exit 1; }
+done
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -17,6 +31,13 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --quiet
 
 step "cargo test (unit, integration and doc tests)"
 cargo test --all-features
+
+step "the committed C header matches the pinned cbindgen's output"
+cbindgen_version=0.29.4
+if [ "$(cbindgen --version 2>/dev/null)" != "cbindgen $cbindgen_version" ]; then
+    cargo install cbindgen --version "$cbindgen_version" --locked --quiet
+fi
+sh ffi/check-header.sh
 
 step "no async runtime in the dependency tree"
 if cargo tree --all-features -e normal,build --prefix none | grep -E '^(tokio|async-std|smol|futures-executor|async-executor) '; then

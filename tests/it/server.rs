@@ -51,7 +51,7 @@ fn progress_tool() -> Tool {
         TaskSupport::Required,
         |_, ctx| {
             ctx.set_status_message("half way")
-                .map_err(|e| RpcError::internal(e))?;
+                .map_err(RpcError::internal)?;
             let task = ctx.task_id().expect("runs as a task");
             Ok(text_result(task.to_string()))
         },
