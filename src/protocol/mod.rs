@@ -4,7 +4,10 @@
 
 mod errors;
 pub mod jsonrpc;
+pub mod meta;
+pub mod sep2663;
 pub mod v2025;
 
 pub use errors::rpc_error;
 pub use jsonrpc::{Message, Notification, Request, RequestId, Response, RpcError};
+pub use meta::{RequestMeta, Revision};

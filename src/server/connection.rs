@@ -13,12 +13,12 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::context::{ClientPeer, TaskContext};
-use super::tools::{TaskSupport, Tool};
+use super::context::{Binding, ClientPeer, TaskContext};
+use super::tools::{Preflight, TaskSupport, Tool};
 use super::ServerCore;
-use crate::model::{CreateTask, SessionId, StoreEvent, TaskId};
+use crate::model::{CreateTask, SessionId, StoreEvent, Task, TaskId};
 use crate::protocol::jsonrpc::{self, Message, Request, RequestId, RpcError, INTERNAL_ERROR};
-use crate::protocol::{rpc_error, v2025};
+use crate::protocol::{rpc_error, sep2663, v2025, RequestMeta, Revision};
 use crate::store::CancelToken;
 use crate::StoreError;
 
@@ -62,6 +62,9 @@ struct CallParams {
     arguments: Option<Value>,
     #[serde(default)]
     task: Option<v2025::TaskMetadata>,
+    /// SEP-2663 multi-round-trip: answers to the input requests of an earlier round.
+    #[serde(default, rename = "inputResponses")]
+    input_responses: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -130,11 +133,15 @@ impl Connection {
                 Err(error) => jsonrpc::error_response(Some(&id), &error),
             })
         });
+        let meta = RequestMeta::of(params.as_ref());
+        if method == "server/discover" || meta.revision() == Revision::Sep2663 {
+            return self.handle_sep2663(&method, params, meta, reply);
+        }
         match method.as_str() {
             "initialize" => reply.send(self.initialize(params)),
             "ping" => reply.send(Ok(json!({}))),
-            "tools/list" => reply.send(Ok(self.tools_list())),
-            "tools/call" => self.tools_call(params, reply),
+            "tools/list" => reply.send(Ok(self.tools_list(Revision::V2025))),
+            "tools/call" => self.tools_call(params, Revision::V2025, meta, reply),
             "tasks/result" => self.tasks_result(params, reply),
             m if v2025::is_tasks_method(m) => {
                 let store = self.core.store.as_ref();
@@ -143,6 +150,54 @@ impl Connection {
             }
             other => reply.send(Err(RpcError::method_not_found(other))),
         }
+    }
+
+    /// A request that speaks protocol 2026-07-28: stateless, capabilities declared per
+    /// request, every result tagged with `resultType`.
+    fn handle_sep2663(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<Value>,
+        meta: RequestMeta,
+        reply: Reply,
+    ) {
+        let reply = reply.map(|value| {
+            if value.get("resultType").is_some() {
+                value
+            } else {
+                sep2663::with_result_type(value, "complete")
+            }
+        });
+        match method {
+            "server/discover" => reply.send(Ok(self.discover())),
+            "ping" => reply.send(Ok(json!({}))),
+            "tools/list" => reply.send(Ok(sep2663::with_cache_fields(
+                self.tools_list(Revision::Sep2663),
+            ))),
+            "tools/call" => self.tools_call(params, Revision::Sep2663, meta, reply),
+            m if sep2663::is_tasks_method(m) => {
+                let store = self.core.store.as_ref();
+                let outcome = sep2663::handle(store, self.session.as_ref(), m, params);
+                reply.send(outcome.unwrap_or_else(|| Err(RpcError::method_not_found(m))))
+            }
+            other => reply.send(Err(RpcError::method_not_found(other))),
+        }
+    }
+
+    fn discover(&self) -> Value {
+        sep2663::with_cache_fields(json!({
+            "supportedVersions": [sep2663::PROTOCOL_VERSION, v2025::PROTOCOL_VERSION],
+            "capabilities": {
+                "tools": { "listChanged": false },
+                "extensions": sep2663::extension_capability(),
+            },
+            "_meta": {
+                "io.modelcontextprotocol/serverInfo": {
+                    "name": self.core.name,
+                    "version": self.core.version,
+                },
+            },
+        }))
     }
 
     fn initialize(&self, params: Option<Value>) -> Result<Value, RpcError> {
@@ -163,13 +218,33 @@ impl Connection {
         }))
     }
 
-    fn tools_list(&self) -> Value {
-        let tools: Vec<Value> = self.core.tools.iter().map(Tool::descriptor).collect();
+    fn tools_list(&self, revision: Revision) -> Value {
+        let tools: Vec<Value> = self
+            .core
+            .tools
+            .iter()
+            .map(|tool| {
+                let mut descriptor = tool.descriptor();
+                if revision == Revision::Sep2663 {
+                    // `execution.taskSupport` does not exist in 2026-07-28: the server decides.
+                    if let Some(object) = descriptor.as_object_mut() {
+                        object.remove("execution");
+                    }
+                }
+                descriptor
+            })
+            .collect();
         json!({ "tools": tools })
     }
 
-    fn tools_call(self: &Arc<Self>, params: Option<Value>, reply: Reply) {
-        let origin = json!({ "method": "tools/call", "params": params.clone(), "revision": v2025::PROTOCOL_VERSION });
+    fn tools_call(
+        self: &Arc<Self>,
+        params: Option<Value>,
+        revision: Revision,
+        meta: RequestMeta,
+        reply: Reply,
+    ) {
+        let origin = json!({ "method": "tools/call", "params": params.clone(), "revision": revision.as_str() });
         let call: CallParams = match jsonrpc::params(params) {
             Ok(call) => call,
             Err(error) => return reply.send(Err(error)),
@@ -187,87 +262,179 @@ impl Connection {
                 return reply.send(Err(RpcError::invalid_params("arguments must be an object")))
             }
         };
-        match (call.task, tool.task_support()) {
-            (Some(_), TaskSupport::Forbidden) => reply.send(Err(RpcError::new(
-                jsonrpc::METHOD_NOT_FOUND,
-                format!(
-                    "Tool '{}' does not support task-augmented execution",
-                    call.name
-                ),
-            ))),
-            (None, TaskSupport::Required) => reply.send(Err(RpcError::new(
-                jsonrpc::METHOD_NOT_FOUND,
-                format!(
-                    "Tool '{}' must be called as a task (params.task)",
-                    call.name
-                ),
-            ))),
-            (Some(meta), _) => self.start_task(tool, arguments, meta, origin, reply),
-            (None, _) => self.run_inline(tool, arguments, reply),
+        if revision == Revision::Sep2663 {
+            let responses = call.input_responses.as_ref();
+            if let Preflight::NeedInput(requests) = tool.preflight(&arguments, responses) {
+                return reply.send(Ok(json!({
+                    "resultType": "input_required",
+                    "inputRequests": requests,
+                })));
+            }
+        }
+        let run = Run {
+            tool,
+            arguments,
+            origin,
+            revision,
+            responses: call.input_responses,
+        };
+        match revision {
+            Revision::V2025 => match (call.task, run.tool.task_support()) {
+                (Some(_), TaskSupport::Forbidden) => reply.send(Err(RpcError::new(
+                    jsonrpc::METHOD_NOT_FOUND,
+                    format!(
+                        "Tool '{}' does not support task-augmented execution",
+                        call.name
+                    ),
+                ))),
+                (None, TaskSupport::Required) => reply.send(Err(RpcError::new(
+                    jsonrpc::METHOD_NOT_FOUND,
+                    format!(
+                        "Tool '{}' must be called as a task (params.task)",
+                        call.name
+                    ),
+                ))),
+                (Some(task), _) => self.start_task(run, task.ttl, reply),
+                (None, _) => self.run_inline(run, Binding::inline(), reply),
+            },
+            // The server decides; a legacy `params.task` is ignored.
+            Revision::Sep2663 => match (run.tool.task_support(), meta.declares_tasks) {
+                (TaskSupport::Required, false) => reply.send(Err(sep2663::missing_capability(
+                    &format!("tool '{}'", call.name),
+                ))),
+                (TaskSupport::Required, true) => self.start_task(run, None, reply),
+                (TaskSupport::Optional, true) => self.run_promotable(run, reply),
+                _ => self.run_inline(run, Binding::inline(), reply),
+            },
         }
     }
 
-    /// Creates the task, answers with it, then runs the tool on the worker pool.
-    fn start_task(
-        self: &Arc<Self>,
-        tool: Tool,
-        arguments: Value,
-        meta: v2025::TaskMetadata,
-        origin: Value,
-        reply: Reply,
-    ) {
-        let store = &self.core.store;
-        let mut create = CreateTask::new().origin(origin);
-        create.ttl = meta.ttl;
-        create.session = self.session.clone();
-        let task = match store.create(create) {
-            Ok(task) => task,
-            Err(error) => return reply.send(Err(rpc_error(&error))),
+    /// Creates a task for the call in the store (so `tasks/get` finds it before the reply
+    /// leaves), answers with it, then runs the tool on the worker pool.
+    fn start_task(self: &Arc<Self>, run: Run, ttl: Option<u64>, reply: Reply) {
+        let (task, token) = match self.create_task(&run, ttl) {
+            Ok(created) => created,
+            Err(error) => return reply.send(Err(error)),
         };
+        reply.send(Ok(match run.revision {
+            Revision::V2025 => v2025::create_result(&task),
+            Revision::Sep2663 => sep2663::create_result(&task),
+        }));
         let id = task.task_id;
-        let token = match store.cancel_token(id, self.session.as_ref()) {
-            Ok(token) => token,
-            Err(error) => return reply.send(Err(rpc_error(&error))),
-        };
-        reply.send(Ok(v2025::create_result(&task)));
+        let revision = run.revision;
         let connection = self.clone();
         let submitted = self.core.pool.submit(move || {
-            let context = connection.context(Some(id), token.clone());
-            let outcome = run_tool(&tool, arguments, &context);
-            if token.is_cancelled() {
-                log::info!("task {id} observed cancellation");
-            }
-            let (status, outcome, message) = v2025::settle(outcome);
-            let session = connection.session.as_ref();
-            match connection
-                .core
-                .store
-                .store_result(id, session, status, outcome, message)
-            {
-                Ok(_) | Err(StoreError::AlreadyTerminal(_)) | Err(StoreError::NotFound) => {}
-                Err(error) => log::warn!("task {id}: could not store its result: {error}"),
-            }
+            let context = connection.context(Binding::task(id, token), &run);
+            let outcome = run_tool(&run.tool, run.arguments, &context);
+            connection.settle_task(id, revision, outcome, context.is_cancelled());
         });
         if submitted.is_err() {
             let busy = RpcError::internal("the server is busy; try again later");
-            let _ = store.store_result(
-                id,
-                self.session.as_ref(),
-                crate::TaskStatus::Failed,
-                crate::Outcome::error(busy.to_value()),
-                Some("the server is busy".into()),
-            );
+            self.settle_task(id, revision, Err(busy), false);
         }
     }
 
-    /// Runs a plain (non-task) call on the worker pool and answers with its result. If the
-    /// pool refuses the job, dropping it drops the reply, which answers "busy".
-    fn run_inline(self: &Arc<Self>, tool: Tool, arguments: Value, reply: Reply) {
+    /// Creates the call's task and takes its cancellation token.
+    fn create_task(&self, run: &Run, ttl: Option<u64>) -> Result<(Task, CancelToken), RpcError> {
+        let store = &self.core.store;
+        let mut create = CreateTask::new().origin(run.origin.clone());
+        create.ttl = ttl;
+        create.session = self.session.clone();
+        let task = store.create(create).map_err(|e| rpc_error(&e))?;
+        let token = store
+            .cancel_token(task.task_id, self.session.as_ref())
+            .map_err(|e| rpc_error(&e))?;
+        Ok((task, token))
+    }
+
+    /// Stores a finished run's outcome in its task, as its revision says.
+    fn settle_task(
+        &self,
+        id: TaskId,
+        revision: Revision,
+        outcome: Result<Value, RpcError>,
+        cancelled: bool,
+    ) {
+        if cancelled {
+            log::info!("task {id} observed cancellation");
+        }
+        let (status, outcome, message) = match revision {
+            Revision::V2025 => v2025::settle(outcome),
+            Revision::Sep2663 => sep2663::settle(outcome),
+        };
+        let session = self.session.as_ref();
+        match self
+            .core
+            .store
+            .store_result(id, session, status, outcome, message)
+        {
+            Ok(_) | Err(StoreError::AlreadyTerminal(_)) | Err(StoreError::NotFound) => {}
+            Err(error) => log::warn!("task {id}: could not store its result: {error}"),
+        }
+    }
+
+    /// Runs a plain call on the worker pool and answers with its result. If the pool
+    /// refuses the job, dropping it drops the reply, which answers "busy".
+    fn run_inline(self: &Arc<Self>, run: Run, binding: Arc<Binding>, reply: Reply) {
         let connection = self.clone();
         let _ = self.core.pool.submit(move || {
-            let context = connection.context(None, CancelToken::new());
-            reply.send(run_tool(&tool, arguments, &context));
+            let context = connection.context(binding, &run);
+            reply.send(run_tool(&run.tool, run.arguments, &context));
         });
+    }
+
+    /// SEP-2663 promotion: the call runs inline for up to the server's promotion budget. If
+    /// it finishes in time the client gets a plain result and the store is never written;
+    /// otherwise a task is created (before the reply leaves) and the same run carries on
+    /// as that task.
+    fn run_promotable(self: &Arc<Self>, run: Run, reply: Reply) {
+        let binding = Binding::promotable();
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<Result<Value, RpcError>>(1);
+        let connection = self.clone();
+        let run_binding = binding.clone();
+        let job = run.clone();
+        let submitted = self.core.pool.submit(move || {
+            let context = connection.context(run_binding.clone(), &job);
+            let outcome = run_tool(&job.tool, job.arguments.clone(), &context);
+            match run_binding.finish() {
+                Some(id) => {
+                    connection.settle_task(id, job.revision, outcome, context.is_cancelled())
+                }
+                None => {
+                    let _ = done_tx.send(outcome);
+                }
+            }
+        });
+        if submitted.is_err() {
+            return; // dropping `reply` answers busy
+        }
+        let connection = self.clone();
+        let budget = self.core.promote_after;
+        let waiter = std::thread::Builder::new()
+            .name("mcp-promote".into())
+            .spawn(move || {
+                if let Ok(outcome) = done_rx.recv_timeout(budget) {
+                    return reply.send(outcome);
+                }
+                let promoted = binding.promote(|| {
+                    let (task, token) = connection.create_task(&run, None)?;
+                    Ok::<_, RpcError>((task.task_id, token, task))
+                });
+                let finished_inline = || {
+                    done_rx
+                        .recv()
+                        .unwrap_or_else(|_| Err(RpcError::internal("the tool vanished")))
+                };
+                match promoted {
+                    Some(Ok(task)) => reply.send(Ok(sep2663::create_result(&task))),
+                    // It finished just in time, or no task could be made (a limit, say):
+                    // either way the answer is the inline result.
+                    None | Some(Err(_)) => reply.send(finished_inline()),
+                }
+            });
+        if let Err(error) = waiter {
+            log::error!("cannot spawn a promotion waiter: {error}");
+        }
     }
 
     /// `tasks/result` blocks until the task ends, so it waits on its own thread and never
@@ -296,14 +463,15 @@ impl Connection {
         }
     }
 
-    fn context(self: &Arc<Self>, task: Option<TaskId>, token: CancelToken) -> TaskContext {
+    fn context(self: &Arc<Self>, binding: Arc<Binding>, run: &Run) -> TaskContext {
         TaskContext::new(
-            task,
+            binding,
+            run.revision,
             self.session.clone(),
             self.core.store.clone(),
-            token,
             self.clone(),
         )
+        .with_call_responses(run.responses.clone())
     }
 
     /// Reacts to a store event: a status notification for this connection's tasks, and an
@@ -356,6 +524,16 @@ impl Reply {
         Reply(Some(Box::new(f)))
     }
 
+    /// A reply that transforms a successful result before answering.
+    fn map(mut self, f: impl FnOnce(Value) -> Value + Send + 'static) -> Reply {
+        let inner = self.0.take();
+        Reply::new(move |outcome| {
+            if let Some(inner) = inner {
+                inner(outcome.map(f));
+            }
+        })
+    }
+
     fn send(mut self, outcome: Result<Value, RpcError>) {
         if let Some(f) = self.0.take() {
             f(outcome);
@@ -371,6 +549,17 @@ impl Drop for Reply {
             )));
         }
     }
+}
+
+/// A tool call on its way to running.
+#[derive(Clone)]
+struct Run {
+    tool: Tool,
+    arguments: Value,
+    origin: Value,
+    revision: Revision,
+    /// The call's own `inputResponses` (multi-round-trip answers).
+    responses: Option<Value>,
 }
 
 fn run_tool(tool: &Tool, arguments: Value, context: &TaskContext) -> Result<Value, RpcError> {

@@ -1,15 +1,23 @@
-//! What a running tool can see and do: its task, cancellation, status messages, and
-//! requests to the client (elicitation, sampling) that put the task in `input_required`.
+//! What a running tool can see and do: its task, cancellation, status messages, and input
+//! requests to the client (elicitation, sampling, roots) that put the task in
+//! `input_required` while they wait.
+//!
+//! On 2025-11-25 an input request is a real server-to-client request tagged with the related
+//! task; on SEP-2663 it is an entry in the task's `inputRequests`, answered by `tasks/update`.
+//! A SEP-2663 call may also start inline and be promoted to a task later (see
+//! [`Binding`]); the context follows it.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use parking_lot::{Condvar, Mutex};
+use serde_json::{json, Value};
 
-use crate::model::{SessionId, TaskId, TaskStatus};
+use crate::model::{InputRequests, SessionId, TaskId, TaskStatus};
 use crate::protocol::jsonrpc::INTERNAL_ERROR;
-use crate::protocol::{v2025, RpcError};
+use crate::protocol::{v2025, Revision, RpcError};
 use crate::store::CancelToken;
 use crate::{StoreError, TaskStore};
 
@@ -39,20 +47,138 @@ impl From<Cancelled> for RpcError {
     }
 }
 
+/// Where a run stands with respect to its task.
+#[derive(Clone, Debug)]
+enum BindingState {
+    /// Running inline; may still become a task (if the binding is promotable).
+    Inline,
+    /// Running as this task.
+    Task(TaskId, CancelToken),
+    /// Finished inline, or its promotion failed: will never become a task.
+    NeverTask,
+}
+
+/// The link between a run and its task, which a promoted call acquires while it runs.
+#[derive(Debug)]
+pub(crate) struct Binding {
+    state: Mutex<BindingState>,
+    changed: Condvar,
+    promotable: bool,
+}
+
+impl Binding {
+    /// A run that is a task from the start.
+    pub(crate) fn task(id: TaskId, token: CancelToken) -> Arc<Binding> {
+        Arc::new(Binding {
+            state: Mutex::new(BindingState::Task(id, token)),
+            changed: Condvar::new(),
+            promotable: false,
+        })
+    }
+
+    /// A plain call that never becomes a task.
+    pub(crate) fn inline() -> Arc<Binding> {
+        Arc::new(Binding {
+            state: Mutex::new(BindingState::Inline),
+            changed: Condvar::new(),
+            promotable: false,
+        })
+    }
+
+    /// A call that runs inline and may be promoted to a task.
+    pub(crate) fn promotable() -> Arc<Binding> {
+        Arc::new(Binding {
+            state: Mutex::new(BindingState::Inline),
+            changed: Condvar::new(),
+            promotable: true,
+        })
+    }
+
+    fn current(&self) -> Option<(TaskId, CancelToken)> {
+        match &*self.state.lock() {
+            BindingState::Task(id, token) => Some((*id, token.clone())),
+            _ => None,
+        }
+    }
+
+    /// Promotes an inline run: `make_task` creates the task, under the binding's lock so the
+    /// run cannot finish inline meanwhile, and returns its id, its cancellation token and
+    /// whatever the caller wants back. `None` if the run already finished inline.
+    pub(crate) fn promote<T, E>(
+        &self,
+        make_task: impl FnOnce() -> Result<(TaskId, CancelToken, T), E>,
+    ) -> Option<Result<T, E>> {
+        let mut state = self.state.lock();
+        if !matches!(*state, BindingState::Inline) {
+            return None;
+        }
+        let made = match make_task() {
+            Ok((id, token, made)) => {
+                *state = BindingState::Task(id, token);
+                Ok(made)
+            }
+            Err(error) => {
+                // A run waiting to become a task must learn that it never will.
+                *state = BindingState::NeverTask;
+                Err(error)
+            }
+        };
+        self.changed.notify_all();
+        Some(made)
+    }
+
+    /// Called by the run when it is done: `Some(task)` if it was promoted meanwhile (the
+    /// outcome belongs in the store), `None` if it finished inline (the outcome goes back
+    /// to the caller directly; the binding can no longer be promoted).
+    pub(crate) fn finish(&self) -> Option<TaskId> {
+        let mut state = self.state.lock();
+        match &*state {
+            BindingState::Task(id, _) => Some(*id),
+            _ => {
+                *state = BindingState::NeverTask;
+                None
+            }
+        }
+    }
+
+    /// Waits until the run is bound to a task or `deadline` passes.
+    fn wait_bound(&self, deadline: Option<Instant>) -> Option<(TaskId, CancelToken)> {
+        let mut state = self.state.lock();
+        loop {
+            match &*state {
+                BindingState::Task(id, token) => return Some((*id, token.clone())),
+                BindingState::NeverTask => return None,
+                BindingState::Inline => {}
+            }
+            match deadline {
+                Some(at) => {
+                    if self.changed.wait_until(&mut state, at).timed_out() {
+                        return None;
+                    }
+                }
+                None => self.changed.wait(&mut state),
+            }
+        }
+    }
+}
+
 /// The context a tool runs in. For a plain (non-task) call there is no task: status
 /// messages are ignored and the run is never cancelled.
 pub struct TaskContext {
-    task: Option<TaskId>,
+    binding: Arc<Binding>,
+    revision: Revision,
     session: Option<SessionId>,
     store: Arc<dyn TaskStore>,
-    token: CancelToken,
     peer: Arc<dyn ClientPeer>,
+    next_key: AtomicU64,
+    call_responses: Option<Value>,
 }
 
 impl fmt::Debug for TaskContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TaskContext")
-            .field("task", &self.task)
+            .field("task", &self.task_id())
+            .field("revision", &self.revision)
             .field("session", &self.session)
             .finish_non_exhaustive()
     }
@@ -60,34 +186,57 @@ impl fmt::Debug for TaskContext {
 
 impl TaskContext {
     pub(crate) fn new(
-        task: Option<TaskId>,
+        binding: Arc<Binding>,
+        revision: Revision,
         session: Option<SessionId>,
         store: Arc<dyn TaskStore>,
-        token: CancelToken,
         peer: Arc<dyn ClientPeer>,
     ) -> TaskContext {
         TaskContext {
-            task,
+            binding,
+            revision,
             session,
             store,
-            token,
             peer,
+            next_key: AtomicU64::new(1),
+            call_responses: None,
         }
     }
 
-    /// The task this run belongs to, if it is a task.
+    /// Attaches the `inputResponses` the call carried (SEP-2663 multi-round-trip).
+    pub(crate) fn with_call_responses(mut self, responses: Option<Value>) -> TaskContext {
+        self.call_responses = responses;
+        self
+    }
+
+    /// The answer the call itself carried for input request `key` (the SEP-2663
+    /// multi-round-trip flow, see [`Tool::with_preflight`](super::Tool::with_preflight)).
+    pub fn call_input(&self, key: &str) -> Option<&Value> {
+        self.call_responses.as_ref().and_then(|r| r.get(key))
+    }
+
+    /// The task this run belongs to, if it is (or has become) a task.
     pub fn task_id(&self) -> Option<TaskId> {
-        self.task
+        self.binding.current().map(|(id, _)| id)
+    }
+
+    /// The protocol revision of the call.
+    pub fn revision(&self) -> Revision {
+        self.revision
     }
 
     /// True once the task was cancelled or expired: the tool should stop soon.
     pub fn is_cancelled(&self) -> bool {
-        self.token.is_cancelled()
+        self.binding
+            .current()
+            .is_some_and(|(_, token)| token.is_cancelled())
     }
 
     /// Sets the task's status message (progress for the humans polling it).
     pub fn set_status_message(&self, message: impl Into<String>) -> Result<(), StoreError> {
-        let Some(id) = self.task else { return Ok(()) };
+        let Some(id) = self.task_id() else {
+            return Ok(());
+        };
         let task = self.store.get(id, self.session.as_ref())?;
         self.store
             .update_status(id, self.session.as_ref(), task.status, Some(message.into()))
@@ -95,15 +244,24 @@ impl TaskContext {
     }
 
     /// Sleeps for `duration`, waking at once (with `Cancelled`) if the task ends meanwhile.
-    /// It waits on the store rather than polling the token.
+    /// It waits on the store rather than polling a flag.
     pub fn sleep(&self, duration: Duration) -> Result<(), Cancelled> {
-        let Some(id) = self.task else {
-            std::thread::sleep(duration);
-            return Ok(());
+        let deadline = Instant::now() + duration;
+        let bound = match self.binding.current() {
+            Some(bound) => Some(bound),
+            None if self.binding.promotable => self.binding.wait_bound(Some(deadline)),
+            None => {
+                std::thread::sleep(duration);
+                return Ok(());
+            }
         };
+        let Some((id, _)) = bound else {
+            return Ok(()); // slept the whole time inline
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
         match self
             .store
-            .wait_terminal(id, self.session.as_ref(), Some(duration))
+            .wait_terminal(id, self.session.as_ref(), Some(left))
         {
             Err(StoreError::Timeout) => Ok(()),
             _ => Err(Cancelled),
@@ -111,31 +269,98 @@ impl TaskContext {
     }
 
     /// Asks the client for input through `elicitation/create` and blocks for its answer.
-    /// While it waits, the task is `input_required`.
     pub fn elicit(&self, params: Value) -> Result<Value, RpcError> {
-        self.ask("elicitation/create", params)
+        self.request_one("elicitation/create", params)
     }
 
     /// Asks the client's model through `sampling/createMessage` and blocks for its answer.
     pub fn sample(&self, params: Value) -> Result<Value, RpcError> {
-        self.ask("sampling/createMessage", params)
+        self.request_one("sampling/createMessage", params)
     }
 
-    fn ask(&self, method: &str, params: Value) -> Result<Value, RpcError> {
-        let Some(id) = self.task else {
-            return self.peer.request(method, params, None);
+    /// Asks the client for its roots (`roots/list`) and blocks for its answer.
+    pub fn list_roots(&self) -> Result<Value, RpcError> {
+        self.request_one("roots/list", json!({}))
+    }
+
+    fn request_one(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        let mut answers = self.request_input(vec![(method.to_owned(), params)])?;
+        Ok(answers.pop().unwrap_or(Value::Null))
+    }
+
+    /// Sends several input requests at once (`(method, params)` each) and blocks until all
+    /// are answered; the answers come back in the same order. The task is `input_required`
+    /// meanwhile. On SEP-2663 they appear together in the task's `inputRequests`.
+    pub fn request_input(&self, requests: Vec<(String, Value)>) -> Result<Vec<Value>, RpcError> {
+        let bound = match self.binding.current() {
+            Some(bound) => Some(bound),
+            // A promotable call cannot wait for input inline: it waits to become a task.
+            None if self.binding.promotable => self.binding.wait_bound(None),
+            None => None,
         };
+        let Some((id, _)) = bound else {
+            return match self.revision {
+                Revision::V2025 => requests
+                    .into_iter()
+                    .map(|(method, params)| self.peer.request(&method, params, None))
+                    .collect(),
+                Revision::Sep2663 => Err(RpcError::new(
+                    INTERNAL_ERROR,
+                    "this call runs without a task, so it cannot ask for input",
+                )),
+            };
+        };
+        match self.revision {
+            Revision::V2025 => self.ask_2025(id, requests),
+            Revision::Sep2663 => self.ask_sep2663(id, requests),
+        }
+    }
+
+    fn ask_2025(&self, id: TaskId, requests: Vec<(String, Value)>) -> Result<Vec<Value>, RpcError> {
         let session = self.session.as_ref();
         self.store
             .update_status(id, session, TaskStatus::InputRequired, None)
             .map_err(|_| RpcError::from(Cancelled))?;
-        let answer = self
-            .peer
-            .request(method, v2025::with_related_task(params, id), Some(id));
+        let answers: Result<Vec<Value>, RpcError> = requests
+            .into_iter()
+            .map(|(method, params)| {
+                self.peer
+                    .request(&method, v2025::with_related_task(params, id), Some(id))
+            })
+            .collect();
         // Back to work, unless the task ended meanwhile (then this fails harmlessly).
         let _ = self
             .store
             .update_status(id, session, TaskStatus::Working, None);
-        answer
+        answers
+    }
+
+    fn ask_sep2663(
+        &self,
+        id: TaskId,
+        requests: Vec<(String, Value)>,
+    ) -> Result<Vec<Value>, RpcError> {
+        let session = self.session.as_ref();
+        let mut keys = Vec::with_capacity(requests.len());
+        let mut pending = InputRequests::new();
+        for (method, params) in requests {
+            let n = self.next_key.fetch_add(1, Ordering::Relaxed);
+            let key = format!("{}-{n}", method.replace('/', "-"));
+            pending.insert(key.clone(), json!({ "method": method, "params": params }));
+            keys.push(key);
+        }
+        self.store
+            .set_input_requests(id, session, pending)
+            .map_err(|_| RpcError::from(Cancelled))?;
+        keys.iter()
+            .map(|key| {
+                self.store
+                    .wait_input(id, session, key, None)
+                    .map_err(|e| match e {
+                        StoreError::AlreadyTerminal(_) | StoreError::NotFound => Cancelled.into(),
+                        other => RpcError::internal(other),
+                    })
+            })
+            .collect()
     }
 }

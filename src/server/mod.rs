@@ -32,10 +32,13 @@ mod stdio;
 mod tools;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use connection::{Connection, Responder, SUPPORTED_VERSIONS};
 pub use context::{Cancelled, ClientPeer, TaskContext};
-pub use tools::{error_result, text_result, TaskSupport, Tool, ToolRegistry, ToolResult};
+pub use tools::{
+    error_result, text_result, Preflight, TaskSupport, Tool, ToolRegistry, ToolResult,
+};
 
 use crate::store::{Store, StoreConfig};
 use crate::{StoreError, TaskStore};
@@ -48,6 +51,8 @@ pub(crate) struct ServerCore {
     pub(crate) pool: WorkerPool,
     pub(crate) name: String,
     pub(crate) version: String,
+    /// How long a SEP-2663 call may run inline before it becomes a task.
+    pub(crate) promote_after: Duration,
     /// The embedded store, when the server made its own; dropped (and joined) last.
     _owned_store: Option<Store>,
 }
@@ -76,6 +81,7 @@ pub struct ServerBuilder {
     queue: usize,
     name: String,
     version: String,
+    promote_after: Duration,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -98,6 +104,7 @@ impl Default for ServerBuilder {
             queue: 1024,
             name: env!("CARGO_PKG_NAME").to_string(),
             version: env!("CARGO_PKG_VERSION").to_string(),
+            promote_after: Duration::from_millis(50),
         }
     }
 }
@@ -130,6 +137,14 @@ impl ServerBuilder {
     /// Calls that may wait for a worker before the server answers "busy" (default 1024).
     pub fn queue(mut self, queue: usize) -> Self {
         self.queue = queue;
+        self
+    }
+
+    /// How long a task-supporting tool called over SEP-2663 may run inline before it becomes
+    /// a task (default 50 ms). A call that finishes in time gets a plain result and never
+    /// touches the store.
+    pub fn promote_after(mut self, budget: Duration) -> Self {
+        self.promote_after = budget;
         self
     }
 
@@ -166,6 +181,7 @@ impl ServerBuilder {
                 pool: WorkerPool::new(self.workers, self.queue),
                 name: self.name,
                 version: self.version,
+                promote_after: self.promote_after,
                 _owned_store: owned,
             }),
         })

@@ -36,6 +36,18 @@ impl TaskSupport {
 pub type ToolResult = Result<Value, RpcError>;
 
 type Handler = dyn Fn(Value, &TaskContext) -> ToolResult + Send + Sync;
+type PreflightFn = dyn Fn(&Value, Option<&Value>) -> Preflight + Send + Sync;
+
+/// What a tool's preflight decides before any task exists (the SEP-2663 multi-round-trip
+/// flow: a call may first answer `input_required`, and the client repeats it with
+/// `inputResponses`).
+#[derive(Clone, PartialEq, Debug)]
+pub enum Preflight {
+    /// Go ahead: run the tool (as a task or inline, as usual).
+    Proceed,
+    /// Answer the call with these input requests; the client calls again with the answers.
+    NeedInput(crate::InputRequests),
+}
 
 /// A tool the server offers.
 #[derive(Clone)]
@@ -45,6 +57,7 @@ pub struct Tool {
     input_schema: Value,
     task_support: TaskSupport,
     handler: Arc<Handler>,
+    preflight: Option<Arc<PreflightFn>>,
 }
 
 impl fmt::Debug for Tool {
@@ -72,6 +85,26 @@ impl Tool {
             input_schema,
             task_support,
             handler: Arc::new(handler),
+            preflight: None,
+        }
+    }
+
+    /// Adds a preflight, run on SEP-2663 calls before any task is created: it sees the
+    /// arguments and the call's `inputResponses` (if any) and may ask for input first. The
+    /// handler later reads those answers with [`TaskContext::call_input`].
+    pub fn with_preflight(
+        mut self,
+        preflight: impl Fn(&Value, Option<&Value>) -> Preflight + Send + Sync + 'static,
+    ) -> Tool {
+        self.preflight = Some(Arc::new(preflight));
+        self
+    }
+
+    /// Runs the preflight, if the tool has one.
+    pub fn preflight(&self, arguments: &Value, responses: Option<&Value>) -> Preflight {
+        match &self.preflight {
+            Some(preflight) => preflight(arguments, responses),
+            None => Preflight::Proceed,
         }
     }
 
