@@ -46,8 +46,18 @@ if cargo tree --all-features -e normal,build --prefix none | grep -E '^(tokio|as
 fi
 echo "none"
 
-step "interop: the official TypeScript SDK client drives mcp-task-server over stdio"
 cargo build --quiet --bin mcp-task-server
 server="$PWD/target/debug/mcp-task-server"
-MCP_SERVER_CMD="[\"$server\",\"--page-size\",\"4\",\"--poll-interval\",\"100ms\"]" \
-    bash tests/interop/ts/run.sh
+ts_server="[\"$server\",\"--page-size\",\"4\",\"--poll-interval\",\"100ms\"]"
+
+step "interop: the official TypeScript SDK client (2025-11-25) over stdio"
+MCP_SERVER_CMD="$ts_server" bash tests/interop/ts/run.sh
+
+step "interop: the official TypeScript SDK client (2025-11-25) over Streamable HTTP"
+MCP_SERVER_TRANSPORT=http MCP_SERVER_CMD="$ts_server" bash tests/interop/ts/run.sh
+
+step "interop: a SEP-2663 client (@modelcontextprotocol/ext-tasks) over stdio"
+MCP_TASK_SERVER="$server" bash tests/interop/sep2663/run.sh
+
+step "conformance: every tasks-* server scenario of @modelcontextprotocol/conformance over HTTP"
+MCP_TASK_SERVER="$server" bash tests/conformance/run.sh

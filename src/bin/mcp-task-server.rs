@@ -12,11 +12,14 @@ use mcp_task_store::{ExpiryPolicy, StoreConfig};
 use serde_json::{json, Value};
 
 const HELP: &str = "\
-mcp-task-server: an MCP server whose tools run as tasks (MCP 2025-11-25), over stdio.
+mcp-task-server: an MCP server whose tools run as tasks, over stdio or Streamable HTTP.
+It speaks both revisions of MCP tasks: 2025-11-25 (tasks in core) and the SEP-2663 tasks
+extension (protocol 2026-07-28), chosen per connection or request.
 
 USAGE:
-    mcp-task-server [OPTIONS]          serve MCP on stdin/stdout (what MCP clients launch)
-    mcp-task-server --demo [OPTIONS]   launch a server and show a conversation with it
+    mcp-task-server [OPTIONS]            serve MCP on stdin/stdout (what MCP clients launch)
+    mcp-task-server --http ADDR [OPTIONS] serve MCP at http://ADDR/mcp (e.g. 127.0.0.1:3000)
+    mcp-task-server --demo [OPTIONS]     launch a server and show a conversation with it
 
 Store settings (durations take units: 500ms, 90s, 10m, 2h):
     --default-ttl DURATION         TTL of tasks that request none [default: unlimited]
@@ -31,6 +34,10 @@ Store settings (durations take units: 500ms, 90s, 10m, 2h):
     --expiry-grace DURATION        how long an expired task stays readable [default: 30s]
 
 Server settings:
+    --http ADDR                    serve Streamable HTTP on ADDR instead of stdio
+    --allow-remote                 let --http bind a non-loopback address
+    --promote-after DURATION       how long a SEP-2663 call runs inline before it becomes
+                                   a task [default: 50ms]
     --workers N                    threads that run tools [default: 16]
     --log LEVEL                    stderr log level: off, error, warn, info, debug [default: info]
     -h, --help                     print this help
@@ -48,6 +55,9 @@ struct Options {
     workers: usize,
     log: log::LevelFilter,
     demo: bool,
+    http: Option<std::net::SocketAddr>,
+    allow_remote: bool,
+    promote_after: Duration,
 }
 
 fn parse_duration(flag: &str, value: &str) -> Result<Duration, String> {
@@ -69,6 +79,9 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
         workers: 16,
         log: log::LevelFilter::Info,
         demo: false,
+        http: None,
+        allow_remote: false,
+        promote_after: Duration::from_millis(50),
     };
     let mut args = args.peekable();
     while let Some(arg) = args.next() {
@@ -94,6 +107,14 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
                 return Ok(None);
             }
             "--demo" => options.demo = true,
+            "--http" => {
+                let text = value()?;
+                options.http = Some(text.parse().map_err(|_| {
+                    format!("--http: '{text}' is not an address such as 127.0.0.1:3000")
+                })?)
+            }
+            "--allow-remote" => options.allow_remote = true,
+            "--promote-after" => options.promote_after = parse_duration(&flag, &value()?)?,
             "--default-ttl" => options.store.default_ttl = Some(parse_duration(&flag, &value()?)?),
             "--max-ttl" => options.store.max_ttl = Some(parse_duration(&flag, &value()?)?),
             "--poll-interval" => options.store.poll_interval = parse_duration(&flag, &value()?)?,
@@ -127,6 +148,13 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
         (false, None) => ExpiryPolicy::default(),
     };
     options.store.validate().map_err(|e| e.to_string())?;
+    if let Some(addr) = options.http {
+        if !addr.ip().is_loopback() && !options.allow_remote {
+            return Err(format!(
+                "--http {addr} is not a loopback address; add --allow-remote to serve it"
+            ));
+        }
+    }
     Ok(Some(options))
 }
 
@@ -175,7 +203,8 @@ fn main() -> ExitCode {
     }
     let mut builder = Server::builder()
         .store_config(options.store)
-        .workers(options.workers);
+        .workers(options.workers)
+        .promote_after(options.promote_after);
     for tool in demo::tools() {
         builder = builder.tool(tool);
     }
@@ -186,7 +215,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    log::info!("serving MCP 2025-11-25 tasks on stdio");
+    if let Some(addr) = options.http {
+        return serve_http(server, addr);
+    }
+    log::info!("serving MCP tasks (2025-11-25 and SEP-2663) on stdio");
     match server.serve_stdio() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -194,6 +226,28 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+#[cfg(feature = "http")]
+fn serve_http(server: Server, addr: std::net::SocketAddr) -> ExitCode {
+    use mcp_task_store::server::{HttpOptions, HttpServer};
+    match HttpServer::bind(server, addr, HttpOptions::default()) {
+        Ok(http) => {
+            log::info!("serving MCP tasks at http://{}/mcp", http.local_addr());
+            http.join();
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("mcp-task-server: cannot serve HTTP on {addr}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(not(feature = "http"))]
+fn serve_http(_: Server, _: std::net::SocketAddr) -> ExitCode {
+    eprintln!("mcp-task-server: built without the `http` feature");
+    ExitCode::from(2)
 }
 
 /// The demo's side of the conversation: sends requests and prints both directions.

@@ -27,6 +27,8 @@
 mod connection;
 mod context;
 pub mod demo;
+#[cfg(feature = "http")]
+mod http;
 mod pool;
 mod stdio;
 mod tools;
@@ -36,6 +38,8 @@ use std::time::Duration;
 
 pub use connection::{Connection, Responder, SUPPORTED_VERSIONS};
 pub use context::{Cancelled, ClientPeer, TaskContext};
+#[cfg(feature = "http")]
+pub use http::{HttpOptions, HttpServer};
 pub use tools::{
     error_result, text_result, Preflight, TaskSupport, Tool, ToolRegistry, ToolResult,
 };

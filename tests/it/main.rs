@@ -1,6 +1,8 @@
 //! One integration-test binary (each file under tests/ would otherwise re-link the crate).
 
 mod handle;
+#[cfg(feature = "http")]
+mod http;
 mod model;
 mod server;
 mod stdio;

@@ -457,10 +457,13 @@ fn unknown_and_malformed_task_ids_are_invalid_params_everywhere() {
 }
 
 #[test]
-fn unknown_methods_and_server_discover_are_method_not_found() {
+fn unknown_methods_are_method_not_found() {
     let mut h = Harness::new();
-    assert_eq!(h.error_code("server/discover", json!({})), -32601);
-    assert_eq!(h.error_code("tasks/update", json!({})), -32601);
+    assert_eq!(
+        h.error_code("tasks/update", json!({})),
+        -32601,
+        "not a 2025-11-25 method"
+    );
     assert_eq!(h.error_code("no/such/method", json!({})), -32601);
 }
 
@@ -565,4 +568,233 @@ fn a_task_that_outlives_its_ttl_fails_and_its_tool_stops() {
         .as_str()
         .unwrap()
         .contains("expired"));
+}
+
+// ----- SEP-2663 (protocol 2026-07-28) --------------------------------------------------
+
+fn meta(declare: bool) -> Value {
+    let capabilities = if declare {
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    } else {
+        json!({})
+    };
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    })
+}
+
+impl Harness {
+    fn call_2026(&mut self, tool: &str, arguments: Value, declare: bool) -> Value {
+        self.request(
+            "tools/call",
+            json!({"name": tool, "arguments": arguments, "_meta": meta(declare)}),
+        )
+    }
+
+    fn task_2026(&mut self, method: &str, mut params: Value) -> Value {
+        params["_meta"] = meta(true);
+        self.request(method, params)
+    }
+
+    fn poll_2026(&mut self, id: &str, until: &[&str]) -> Value {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let task = self.task_2026("tasks/get", json!({"taskId": id}))["result"].clone();
+            if until.iter().any(|s| task["status"] == *s) {
+                return task;
+            }
+            assert!(std::time::Instant::now() < deadline, "stuck at {task}");
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[test]
+fn discover_advertises_the_tasks_extension_and_not_the_legacy_capability() {
+    let mut h = Harness::new();
+    let result = h.result("server/discover", json!({"_meta": meta(false)}));
+    assert_eq!(result["resultType"], "complete");
+    assert_eq!(
+        result["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"],
+        json!({})
+    );
+    assert!(result["capabilities"].get("tasks").is_none());
+    assert!(result["supportedVersions"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("2026-07-28")));
+    assert!(result["ttlMs"].is_u64() && result["cacheScope"].is_string());
+    let tools = h.result("tools/list", json!({"_meta": meta(false)}));
+    assert!(
+        tools["tools"][0].get("execution").is_none(),
+        "no taskSupport in 2026-07-28"
+    );
+}
+
+#[test]
+fn a_quick_call_is_answered_inline_and_never_touches_the_store() {
+    let mut h = Harness::new();
+    let reply = h.call_2026("sleep", json!({"ms": 0}), true);
+    assert_eq!(reply["result"]["resultType"], "complete");
+    assert_eq!(reply["result"]["content"][0]["text"], "slept 0 ms");
+    assert_eq!(
+        h.server.store().list(None, None).unwrap().tasks.len(),
+        0,
+        "no task was created"
+    );
+}
+
+#[test]
+fn a_slow_call_is_promoted_to_a_task_that_carries_on() {
+    let mut h = Harness::new();
+    let reply = h.call_2026("sleep", json!({"ms": 400}), true);
+    let created = &reply["result"];
+    assert_eq!(created["resultType"], "task", "{reply}");
+    assert!(created.get("task").is_none(), "flat, not nested");
+    assert!(created["ttlMs"].is_null() || created["ttlMs"].is_u64());
+    let id = created["taskId"].as_str().unwrap().to_string();
+    let done = h.poll_2026(&id, &["completed"]);
+    assert_eq!(done["result"]["content"][0]["text"], "slept 400 ms");
+    assert_eq!(done["result"]["resultType"], "complete");
+    assert!(done["result"]["_meta"]
+        .get("io.modelcontextprotocol/related-task")
+        .is_none());
+}
+
+#[test]
+fn without_the_extension_task_tools_run_inline_or_need_the_capability() {
+    let mut h = Harness::new();
+    let inline = h.call_2026("sleep", json!({"ms": 100}), false);
+    assert_eq!(
+        inline["result"]["content"][0]["text"], "slept 100 ms",
+        "never a task"
+    );
+    let required = h.call_2026("sleep_required", json!({"ms": 1}), false);
+    assert_eq!(required["error"]["code"], -32021);
+    assert_eq!(
+        required["error"]["data"]["requiredCapabilities"]["extensions"]
+            ["io.modelcontextprotocol/tasks"],
+        json!({})
+    );
+    for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
+        let reply = h.request(method, json!({"taskId": "x", "_meta": meta(false)}));
+        assert_eq!(reply["error"]["code"], -32021, "{method}");
+    }
+}
+
+#[test]
+fn removed_methods_are_method_not_found_and_a_legacy_task_param_is_ignored() {
+    let mut h = Harness::new();
+    for method in ["tasks/result", "tasks/list"] {
+        assert_eq!(
+            h.task_2026(method, json!({"taskId": "x"}))["error"]["code"],
+            -32601
+        );
+    }
+    let greet = h.request(
+        "tools/call",
+        json!({"name": "greet", "arguments": {"name": "x"}, "task": {"ttl": 1}, "_meta": meta(true)}),
+    );
+    assert_eq!(greet["result"]["content"][0]["text"], "Hello, x!");
+}
+
+#[test]
+fn input_requests_are_answered_through_tasks_update_even_in_parts() {
+    let mut h = Harness::new();
+    let created = h.call_2026("multi_input", json!({}), true);
+    let id = created["result"]["taskId"].as_str().unwrap().to_string();
+    let waiting = h.poll_2026(&id, &["input_required"]);
+    let keys: Vec<String> = waiting["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(keys.len(), 2, "{waiting}");
+    assert_eq!(
+        waiting["inputRequests"][&keys[0]]["method"],
+        "elicitation/create"
+    );
+    let ack = h.task_2026(
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {&keys[0]: {"action": "accept", "content": {"name": "A"}},
+                                                  "never-issued": {"ignored": true}}}),
+    );
+    assert_eq!(ack["result"], json!({"resultType": "complete"}));
+    let partial = h.poll_2026(&id, &["input_required"]);
+    let left: Vec<&String> = partial["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(left, vec![&keys[1]], "only the unanswered key is listed");
+    h.task_2026(
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {&keys[1]: {"action": "accept", "content": {"confirm": true}}}}),
+    );
+    let done = h.poll_2026(&id, &["completed"]);
+    assert!(done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("\"A\""));
+}
+
+#[test]
+fn the_multi_round_trip_flow_asks_before_any_task_exists() {
+    let mut h = Harness::new();
+    let first = h.call_2026("test_tool_with_task", json!({}), true);
+    assert_eq!(first["result"]["resultType"], "input_required");
+    assert!(first["result"].get("taskId").is_none());
+    assert_eq!(
+        first["result"]["inputRequests"]["user_name"]["method"],
+        "elicitation/create"
+    );
+    let second = h.request(
+        "tools/call",
+        json!({"name": "test_tool_with_task", "arguments": {}, "_meta": meta(true),
+               "inputResponses": {"user_name": {"action": "accept", "content": {"name": "Alice"}}}}),
+    );
+    assert_eq!(second["result"]["resultType"], "task");
+    let id = second["result"]["taskId"].as_str().unwrap().to_string();
+    let done = h.poll_2026(&id, &["completed"]);
+    assert!(done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("Alice"));
+}
+
+#[test]
+fn a_tool_error_completes_and_a_json_rpc_error_fails_with_the_error_inline() {
+    let mut h = Harness::new();
+    let tool_error = h.call_2026("failing_job", json!({}), true);
+    let id = tool_error["result"]["taskId"].as_str().unwrap().to_string();
+    let done = h.poll_2026(&id, &["completed", "failed"]);
+    assert_eq!(
+        (done["status"].as_str(), done["result"]["isError"].as_bool()),
+        (Some("completed"), Some(true))
+    );
+    let rpc_error = h.call_2026("protocol_error_job", json!({}), true);
+    let id = rpc_error["result"]["taskId"].as_str().unwrap().to_string();
+    let failed = h.poll_2026(&id, &["completed", "failed"]);
+    assert_eq!(failed["status"], "failed");
+    assert_eq!(failed["error"]["code"], -32000);
+    assert!(failed.get("result").is_none());
+}
+
+#[test]
+fn cancel_is_acknowledged_and_idempotent() {
+    let mut h = Harness::new();
+    let created = h.call_2026("slow_compute", json!({"seconds": 60}), true);
+    let id = created["result"]["taskId"].as_str().unwrap().to_string();
+    for _ in 0..2 {
+        let ack = h.task_2026("tasks/cancel", json!({"taskId": id}));
+        assert_eq!(ack["result"], json!({"resultType": "complete"}));
+    }
+    assert_eq!(h.poll_2026(&id, &["cancelled"])["status"], "cancelled");
+    let unknown = h.task_2026(
+        "tasks/cancel",
+        json!({"taskId": "5c1e0000-0000-4000-8000-000000000001"}),
+    );
+    assert_eq!(unknown["error"]["code"], -32602);
 }

@@ -17,6 +17,9 @@ import { setTimeout as delay } from 'node:timers/promises';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { spawn } from 'node:child_process';
+import { createServer } from 'node:net';
 import {
     CallToolResultSchema,
     ElicitRequestSchema,
@@ -30,6 +33,11 @@ const HERE = dirname(fileURLToPath(import.meta.url));
 const USING_REFERENCE = !process.env.MCP_SERVER_CMD;
 const SERVER_CMD = parseServerCmd();
 const VERBOSE = !!process.env.INTEROP_VERBOSE;
+// MCP_SERVER_TRANSPORT=http: launch the server with `--http 127.0.0.1:<free port>` and talk
+// Streamable HTTP to http://127.0.0.1:<port>/mcp instead of stdio.
+const TRANSPORT = process.env.MCP_SERVER_TRANSPORT ?? 'stdio';
+if (!['stdio', 'http'].includes(TRANSPORT)) throw new Error(`MCP_SERVER_TRANSPORT must be stdio or http, not ${TRANSPORT}`);
+if (TRANSPORT === 'http' && USING_REFERENCE) throw new Error('MCP_SERVER_TRANSPORT=http needs MCP_SERVER_CMD (the reference server is stdio only)');
 const REQUEST_TIMEOUT_MS = 15_000; // per JSON-RPC request
 const TEST_TIMEOUT_MS = 30_000; // per test
 const TTL_MS = 60_000; // requested task ttl
@@ -105,17 +113,48 @@ class StderrLines {
     }
 }
 
+/** A TCP port nobody listens on right now. */
+function freePort() {
+    return new Promise((resolve, reject) => {
+        const probe = createServer();
+        probe.once('error', reject);
+        probe.listen(0, '127.0.0.1', () => {
+            const { port } = probe.address();
+            probe.close(() => resolve(port));
+        });
+    });
+}
+
+/** Launches the server with --http and waits (bounded) until it says it is serving. */
+async function startHttpServer() {
+    const [command, ...args] = SERVER_CMD;
+    const port = await freePort();
+    const child = spawn(command, [...args, '--http', `127.0.0.1:${port}`], { cwd: HERE, stdio: ['ignore', 'ignore', 'pipe'] });
+    const stderr = new StderrLines(child.stderr);
+    const exited = new Promise((_, reject) => child.once('exit', code => reject(new Error(`server exited early (code ${code})\n${stderr.tail()}`))));
+    await Promise.race([stderr.waitFor(line => line.includes('serving MCP tasks at http://'), 10_000, 'the HTTP server to start'), exited]);
+    exited.catch(() => {});
+    return { child, stderr, url: new URL(`http://127.0.0.1:${port}/mcp`) };
+}
+
 /** Spawns the server under test and connects an SDK client to it. */
 async function startSession({ onElicit } = {}) {
-    const [command, ...args] = SERVER_CMD;
-    const transport = new StdioClientTransport({
-        command,
-        args,
-        cwd: HERE,
-        env: { ...process.env },
-        stderr: 'pipe'
-    });
-    const stderr = new StderrLines(transport.stderr);
+    let transport, stderr, child;
+    if (TRANSPORT === 'http') {
+        const started = await startHttpServer();
+        ({ child, stderr } = started);
+        transport = new StreamableHTTPClientTransport(started.url);
+    } else {
+        const [command, ...args] = SERVER_CMD;
+        transport = new StdioClientTransport({
+            command,
+            args,
+            cwd: HERE,
+            env: { ...process.env },
+            stderr: 'pipe'
+        });
+        stderr = new StderrLines(transport.stderr);
+    }
     const client = new Client(
         { name: 'mcp-task-store-interop-ts', version: '0.1.0' },
         { capabilities: { elicitation: { form: {} } } }
@@ -124,7 +163,11 @@ async function startSession({ onElicit } = {}) {
     client.onerror = err => protocolErrors.push(err);
     if (onElicit) client.setRequestHandler(ElicitRequestSchema, onElicit);
     await client.connect(transport, { timeout: REQUEST_TIMEOUT_MS });
-    return { client, tasks: client.experimental.tasks, stderr, protocolErrors };
+    const close = async () => {
+        await client.close();
+        child?.kill();
+    };
+    return { client, tasks: client.experimental.tasks, stderr, protocolErrors, close };
 }
 
 /** Runs fn with a fresh server; always closes it; on failure prints the server's stderr. */
@@ -140,7 +183,7 @@ async function withSession(t, opts, fn) {
         }
         throw err;
     } finally {
-        await session.client.close();
+        await session.close();
     }
 }
 

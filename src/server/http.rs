@@ -1,0 +1,623 @@
+//! Streamable HTTP: `POST /mcp` with JSON responses, for both revisions.
+//!
+//! - 2026-07-28 (SEP-2663) requests are stateless: every request stands alone and must carry
+//!   `Mcp-Method` (and `Mcp-Name` where it names a tool or a task) matching its body, else
+//!   -32020 with HTTP 400. Task ids are bearer capabilities; such tasks are sessionless.
+//! - 2025-11-25 uses sessions: `initialize` opens one and answers with `Mcp-Session-Id`;
+//!   every later request must carry it, and its tasks live in a store session of the same
+//!   id, so one client never sees another's tasks. `GET /mcp` opens the session's event
+//!   stream (server-sent events) for status notifications and server-to-client requests
+//!   such as elicitation; `DELETE /mcp` ends the session.
+//!
+//! A fixed number of worker threads serve requests (bounded concurrency), bodies are
+//! limited in size, and a browser `Origin` other than loopback is refused (DNS rebinding).
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{select, Receiver, Sender};
+use parking_lot::Mutex;
+use serde_json::Value;
+use tiny_http::{Header, Method, Request, Response, StatusCode};
+
+use super::{Connection, Server};
+use crate::model::{SessionId, StoreEvent, TaskId};
+use crate::protocol::jsonrpc::{self, Message, RpcError};
+use crate::protocol::{sep2663, RequestMeta, Revision};
+
+/// Settings of the HTTP transport.
+#[derive(Clone, Debug)]
+pub struct HttpOptions {
+    /// Largest request body accepted, in bytes (default 4 MiB); larger ones get HTTP 413.
+    pub max_body_bytes: usize,
+    /// Requests served at once (default 64); an open event stream holds one.
+    pub workers: usize,
+    /// Most 2025-11-25 sessions open at once (default 1024).
+    pub max_sessions: usize,
+    /// Browser origins allowed besides loopback ones (`http://localhost:*` and so on).
+    pub allowed_origins: Vec<String>,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            max_body_bytes: 4 * 1024 * 1024,
+            workers: 64,
+            max_sessions: 1024,
+            allowed_origins: Vec::new(),
+        }
+    }
+}
+
+/// A running HTTP transport; stops (and joins its threads) when dropped.
+pub struct HttpServer {
+    addr: SocketAddr,
+    http: Arc<tiny_http::Server>,
+    state: Arc<State>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for HttpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpServer")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Something that can be closed once, waking everyone who listens: closing drops the only
+/// sender, so every `closed()` receiver disconnects at once.
+struct Closer {
+    sender: Mutex<Option<Sender<()>>>,
+    receiver: Receiver<()>,
+}
+
+impl Closer {
+    fn new() -> Closer {
+        let (sender, receiver) = crossbeam_channel::bounded(0);
+        Closer {
+            sender: Mutex::new(Some(sender)),
+            receiver,
+        }
+    }
+
+    fn close(&self) {
+        self.sender.lock().take();
+    }
+
+    fn is_closed(&self) -> bool {
+        self.sender.lock().is_none()
+    }
+
+    fn closed(&self) -> &Receiver<()> {
+        &self.receiver
+    }
+}
+
+struct Session {
+    connection: Arc<Connection>,
+    outgoing: Receiver<Value>,
+    streaming: AtomicBool,
+    ended: Closer,
+}
+
+struct State {
+    server: Server,
+    stateless: Arc<Connection>,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    options: HttpOptions,
+    stopping: Closer,
+}
+
+/// An HTTP answer before it is written.
+struct Answer {
+    status: u16,
+    body: Option<Value>,
+    session: Option<String>,
+}
+
+impl Answer {
+    fn json(status: u16, body: Value) -> Answer {
+        Answer {
+            status,
+            body: Some(body),
+            session: None,
+        }
+    }
+
+    fn empty(status: u16) -> Answer {
+        Answer {
+            status,
+            body: None,
+            session: None,
+        }
+    }
+
+    fn error(status: u16, error: RpcError) -> Answer {
+        Answer::json(status, jsonrpc::error_response(None, &error))
+    }
+}
+
+impl HttpServer {
+    /// Binds `addr` and starts serving `server` at `http://addr/mcp`.
+    pub fn bind(
+        server: Server,
+        addr: impl ToSocketAddrs,
+        options: HttpOptions,
+    ) -> io::Result<HttpServer> {
+        let addr = addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind"))?;
+        let http = Arc::new(tiny_http::Server::http(addr).map_err(io::Error::other)?);
+        let addr = http
+            .server_addr()
+            .to_ip()
+            .ok_or_else(|| io::Error::other("not an IP listener"))?;
+        // Stateless requests need no outgoing messages: drop the receiver so nothing queues.
+        let (unread, _) = crossbeam_channel::bounded(1);
+        let state = Arc::new(State {
+            stateless: server.connect(unread, None),
+            server,
+            sessions: Mutex::new(HashMap::new()),
+            options,
+            stopping: Closer::new(),
+        });
+        let mut threads = Vec::new();
+        for n in 0..state.options.workers.max(1) {
+            let (http, state) = (http.clone(), state.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("mcp-http-{n}"))
+                    .spawn(move || serve_requests(&http, &state))?,
+            );
+        }
+        let events = state
+            .server
+            .store()
+            .subscribe()
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        let events_state = state.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("mcp-http-events".into())
+                .spawn(move || route_events(&events_state, events))?,
+        );
+        Ok(HttpServer {
+            addr,
+            http,
+            state,
+            threads,
+        })
+    }
+
+    /// The address it listens on (useful after binding port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Blocks until the transport stops (it runs until the process ends or it is dropped).
+    pub fn join(mut self) {
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.state.stopping.close();
+        for (_, session) in self.state.sessions.lock().drain() {
+            session.ended.close();
+        }
+        for _ in 0..self.threads.len() {
+            self.http.unblock();
+        }
+        // The event router ends when the store's event channel closes (the store outlives
+        // us), so only the request workers are joined.
+        let workers = self.state.options.workers.max(1);
+        for thread in self.threads.drain(..).take(workers) {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn serve_requests(http: &tiny_http::Server, state: &Arc<State>) {
+    while !state.stopping.is_closed() {
+        let Ok(request) = http.recv() else { return };
+        handle(state, request);
+    }
+}
+
+fn route_events(state: &State, events: Receiver<StoreEvent>) {
+    for event in events {
+        if state.stopping.is_closed() {
+            return;
+        }
+        let session = match &event {
+            StoreEvent::Status { session, .. } | StoreEvent::Expired { session, .. } => session,
+            _ => continue,
+        };
+        let Some(session) = session else { continue };
+        let target = state.sessions.lock().get(session.as_str()).cloned();
+        if let Some(target) = target {
+            target.connection.handle_store_event(&event);
+        }
+    }
+}
+
+fn header<'a>(request: &'a Request, name: &'static str) -> Option<&'a str> {
+    request
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv(name))
+        .map(|h| h.value.as_str())
+}
+
+fn handle(state: &Arc<State>, mut request: Request) {
+    let path = request.url().split('?').next().unwrap_or("");
+    let answer = if path != "/mcp" {
+        Answer::error(404, RpcError::invalid_request("the MCP endpoint is /mcp"))
+    } else if !origin_allowed(header(&request, "Origin"), &state.options.allowed_origins) {
+        Answer::error(403, RpcError::invalid_request("origin not allowed"))
+    } else {
+        match request.method() {
+            Method::Post => post(state, &mut request),
+            Method::Get => return get(state, request),
+            Method::Delete => delete(state, &request),
+            _ => Answer::error(405, RpcError::invalid_request("use POST, GET or DELETE")),
+        }
+    };
+    respond(request, answer);
+}
+
+fn respond(request: Request, answer: Answer) {
+    let body = answer
+        .body
+        .map(|b| serde_json::to_vec(&b).unwrap_or_default());
+    let mut response = match body {
+        Some(body) => Response::from_data(body).with_header(
+            Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]).expect("ascii"),
+        ),
+        None => Response::from_data(Vec::new()),
+    }
+    .with_status_code(StatusCode(answer.status));
+    if let Some(session) = answer.session {
+        if let Ok(h) = Header::from_bytes(&b"Mcp-Session-Id"[..], session.as_bytes()) {
+            response = response.with_header(h);
+        }
+    }
+    let _ = request.respond(response);
+}
+
+/// Browsers send `Origin`; only loopback pages (and configured ones) may talk to us.
+fn origin_allowed(origin: Option<&str>, allowed: &[String]) -> bool {
+    let Some(origin) = origin else { return true };
+    if allowed.iter().any(|a| a == origin) {
+        return true;
+    }
+    let host = origin
+        .split("://")
+        .nth(1)
+        .unwrap_or("")
+        .trim_end_matches('/');
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.split(':').next().unwrap_or(""),
+    };
+    matches!(host, "localhost" | "127.0.0.1" | "::1")
+}
+
+fn read_body(state: &State, request: &mut Request) -> Result<String, Answer> {
+    let max = state.options.max_body_bytes;
+    let content_type = header(request, "Content-Type").unwrap_or("");
+    if !content_type
+        .to_ascii_lowercase()
+        .starts_with("application/json")
+    {
+        return Err(Answer::error(
+            415,
+            RpcError::invalid_request("Content-Type must be application/json"),
+        ));
+    }
+    let too_large = || {
+        Answer::error(
+            413,
+            RpcError::invalid_request(format!("the body is larger than {max} bytes")),
+        )
+    };
+    if request.body_length().is_some_and(|len| len > max) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    let read = request
+        .as_reader()
+        .take(max as u64 + 1)
+        .read_to_end(&mut body);
+    if read.is_err() {
+        return Err(Answer::error(
+            400,
+            RpcError::invalid_request("unreadable body"),
+        ));
+    }
+    if body.len() > max {
+        return Err(too_large());
+    }
+    String::from_utf8(body).map_err(|e| {
+        Answer::json(
+            400,
+            jsonrpc::error_response(None, &RpcError::parse_error(e)),
+        )
+    })
+}
+
+fn post(state: &Arc<State>, request: &mut Request) -> Answer {
+    let body = match read_body(state, request) {
+        Ok(body) => body,
+        Err(answer) => return answer,
+    };
+    let message = match jsonrpc::parse_message(&body) {
+        Ok(message) => message,
+        Err(rejected) => {
+            return Answer::json(
+                400,
+                jsonrpc::error_response(rejected.id.as_ref(), &rejected.error),
+            )
+        }
+    };
+    let (method, params) = match &message {
+        Message::Request(r) => (Some(r.method.as_str()), r.params.as_ref()),
+        Message::Notification(n) => (Some(n.method.as_str()), n.params.as_ref()),
+        Message::Response(_) => (None, None),
+    };
+    let stateless = method == Some("server/discover")
+        || RequestMeta::of(params).revision() == Revision::Sep2663
+        || header(request, "MCP-Protocol-Version").is_some_and(|v| v >= "2026");
+    if stateless {
+        post_stateless(state, request, message)
+    } else {
+        post_session(state, request, message)
+    }
+}
+
+/// Runs one message through a connection and waits for its answer (`None` for messages
+/// that get none).
+fn exchange(connection: &Arc<Connection>, message: Message) -> Option<Value> {
+    let expects_answer = matches!(message, Message::Request(_));
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    connection.handle_message(
+        message,
+        Box::new(move |value| {
+            let _ = tx.send(value);
+        }),
+    );
+    if expects_answer {
+        rx.recv().ok()
+    } else {
+        None
+    }
+}
+
+fn status_of(response: &Value) -> u16 {
+    match response.pointer("/error/code").and_then(Value::as_i64) {
+        Some(sep2663::HEADER_MISMATCH | sep2663::MISSING_CAPABILITY) => 400,
+        _ => 200,
+    }
+}
+
+fn post_stateless(state: &Arc<State>, request: &Request, message: Message) -> Answer {
+    if let Message::Request(r) = &message {
+        // Removed methods are refused before any header or parameter is looked at.
+        if !matches!(r.method.as_str(), "tasks/result" | "tasks/list") {
+            if let Err(error) = check_routing_headers(request, &r.method, r.params.as_ref()) {
+                let response = jsonrpc::error_response(Some(&r.id), &error);
+                return Answer::json(400, response);
+            }
+        }
+    }
+    match exchange(&state.stateless, message) {
+        Some(response) => Answer::json(status_of(&response), response),
+        None => Answer::empty(202),
+    }
+}
+
+/// SEP-2243 routing headers: `Mcp-Method` must name the body's method, and `Mcp-Name` the
+/// tool (for `tools/call`) or the task (for `tasks/get|update|cancel`).
+fn check_routing_headers(
+    request: &Request,
+    method: &str,
+    params: Option<&Value>,
+) -> Result<(), RpcError> {
+    let mismatch = |what: String| RpcError::new(sep2663::HEADER_MISMATCH, what);
+    match header(request, "Mcp-Method") {
+        Some(value) if value == method => {}
+        Some(value) => {
+            return Err(mismatch(format!(
+                "Mcp-Method header '{value}' does not match the method '{method}'"
+            )))
+        }
+        None => return Err(mismatch("the Mcp-Method header is missing".into())),
+    }
+    let named = match method {
+        "tools/call" => params.and_then(|p| p.get("name")),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => params.and_then(|p| p.get("taskId")),
+        _ => return Ok(()),
+    };
+    let named = named.and_then(Value::as_str).unwrap_or("");
+    match header(request, "Mcp-Name") {
+        Some(value) if value == named => Ok(()),
+        Some(value) => Err(mismatch(format!(
+            "Mcp-Name header '{value}' does not match '{named}'"
+        ))),
+        None => Err(mismatch("the Mcp-Name header is missing".into())),
+    }
+}
+
+fn post_session(state: &Arc<State>, request: &Request, message: Message) -> Answer {
+    if let Message::Request(r) = &message {
+        if r.method == "initialize" {
+            return open_session(state, message);
+        }
+    }
+    let session = match find_session(state, request) {
+        Ok(session) => session,
+        Err(answer) => return answer,
+    };
+    match exchange(&session.connection, message) {
+        Some(response) => Answer::json(200, response),
+        None => Answer::empty(202),
+    }
+}
+
+fn open_session(state: &Arc<State>, message: Message) -> Answer {
+    let mut sessions = state.sessions.lock();
+    if sessions.len() >= state.options.max_sessions {
+        return Answer::error(503, RpcError::internal("too many open sessions"));
+    }
+    let id = TaskId::random().to_string();
+    let (outgoing_tx, outgoing) = crossbeam_channel::bounded(1024);
+    let connection = state
+        .server
+        .connect(outgoing_tx, Some(SessionId::new(id.as_str())));
+    let session = Arc::new(Session {
+        connection: connection.clone(),
+        outgoing,
+        streaming: AtomicBool::new(false),
+        ended: Closer::new(),
+    });
+    sessions.insert(id.clone(), session);
+    drop(sessions);
+    let response = exchange(&connection, message).unwrap_or(Value::Null);
+    Answer {
+        status: 200,
+        body: Some(response),
+        session: Some(id),
+    }
+}
+
+fn find_session(state: &State, request: &Request) -> Result<Arc<Session>, Answer> {
+    let Some(id) = header(request, "Mcp-Session-Id") else {
+        return Err(Answer::error(
+            400,
+            RpcError::invalid_request(
+                "Mcp-Session-Id header required (send initialize first, or speak 2026-07-28)",
+            ),
+        ));
+    };
+    state
+        .sessions
+        .lock()
+        .get(id)
+        .cloned()
+        .ok_or_else(|| Answer::error(404, RpcError::invalid_request("unknown or ended session")))
+}
+
+fn delete(state: &State, request: &Request) -> Answer {
+    let Some(id) = header(request, "Mcp-Session-Id") else {
+        return Answer::error(
+            400,
+            RpcError::invalid_request("Mcp-Session-Id header required"),
+        );
+    };
+    match state.sessions.lock().remove(id) {
+        Some(session) => {
+            session.ended.close();
+            session.connection.close();
+            Answer::empty(200)
+        }
+        None => Answer::error(404, RpcError::invalid_request("unknown or ended session")),
+    }
+}
+
+/// `GET /mcp`: the session's event stream, as server-sent events in chunked encoding,
+/// written straight to the socket so every event leaves at once.
+fn get(state: &Arc<State>, request: Request) {
+    let accepts = header(&request, "Accept").is_some_and(|a| a.contains("text/event-stream"));
+    if !accepts {
+        let error = RpcError::invalid_request("GET /mcp serves text/event-stream only");
+        return respond(request, Answer::error(406, error));
+    }
+    let session = match find_session(state, &request) {
+        Ok(session) => session,
+        Err(answer) => {
+            // Stateless (2026-07-28) clients have no stream to open.
+            let answer = if header(&request, "Mcp-Session-Id").is_none() {
+                Answer::error(
+                    405,
+                    RpcError::invalid_request("no session: nothing to stream"),
+                )
+            } else {
+                answer
+            };
+            return respond(request, answer);
+        }
+    };
+    if session.streaming.swap(true, Ordering::SeqCst) {
+        let error = RpcError::invalid_request("this session already has an event stream");
+        return respond(request, Answer::error(409, error));
+    }
+    let mut writer = request.into_writer();
+    let _ = stream_events(&mut writer, &session, state);
+    session.streaming.store(false, Ordering::SeqCst);
+}
+
+fn stream_events(writer: &mut dyn Write, session: &Session, state: &State) -> io::Result<()> {
+    writer.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
+          Transfer-Encoding: chunked\r\n\r\n",
+    )?;
+    writer.flush()?;
+    let chunk = |writer: &mut dyn Write, data: &[u8]| -> io::Result<()> {
+        write!(writer, "{:x}\r\n", data.len())?;
+        writer.write_all(data)?;
+        writer.write_all(b"\r\n")?;
+        writer.flush()
+    };
+    loop {
+        select! {
+            recv(session.outgoing) -> message => {
+                let Ok(message) = message else { break };
+                let event = format!("event: message\ndata: {message}\n\n");
+                chunk(writer, event.as_bytes())?;
+            }
+            recv(session.ended.closed()) -> _ => break,
+            recv(state.stopping.closed()) -> _ => break,
+            // A comment keeps proxies from timing the stream out and finds dead clients.
+            default(Duration::from_secs(15)) => chunk(writer, b": keep-alive\n\n")?,
+        }
+    }
+    writer.write_all(b"0\r\n\r\n")?;
+    writer.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::origin_allowed;
+
+    #[test]
+    fn only_loopback_and_listed_origins_are_allowed() {
+        let listed = vec!["https://app.example".to_string()];
+        for ok in [
+            None,
+            Some("http://localhost:3000"),
+            Some("http://127.0.0.1"),
+            Some("http://[::1]:8080"),
+            Some("https://app.example"),
+        ] {
+            assert!(origin_allowed(ok, &listed), "{ok:?}");
+        }
+        for bad in [
+            "http://evil.example",
+            "http://localhost.evil.example",
+            "null",
+            "http://127.0.0.2",
+        ] {
+            assert!(!origin_allowed(Some(bad), &listed), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! The Streamable HTTP transport over real sockets: every kind of bad input gets its HTTP
+//! status and JSON-RPC error and the server keeps serving; 2025-11-25 sessions isolate
+//! their tasks; 2026-07-28 requests are stateless and checked against their routing headers.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use mcp_task_store::server::{demo, HttpOptions, HttpServer, Server};
+use serde_json::{json, Value};
+
+fn start() -> HttpServer {
+    let mut builder = Server::builder();
+    for tool in demo::tools() {
+        builder = builder.tool(tool);
+    }
+    let options = HttpOptions {
+        max_body_bytes: 64 * 1024,
+        workers: 8,
+        ..HttpOptions::default()
+    };
+    HttpServer::bind(builder.build().unwrap(), "127.0.0.1:0", options).unwrap()
+}
+
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Value,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn code(&self) -> i64 {
+        self.body["error"]["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no error in {}", self.body))
+    }
+}
+
+/// One HTTP/1.1 exchange on a fresh connection.
+fn send(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut head = format!(
+        "{method} /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| {
+            l.split_once(": ")
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+        })
+        .collect();
+    let body = if body.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(body).unwrap_or(Value::String(body.into()))
+    };
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> Reply {
+    let mut all = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    all.extend_from_slice(headers);
+    send(addr, "POST", &all, body.to_string().as_bytes())
+}
+
+fn meta_2026(declare: bool) -> Value {
+    let capabilities = if declare {
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    } else {
+        json!({})
+    };
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    })
+}
+
+fn initialize(addr: SocketAddr) -> String {
+    let reply = post(
+        addr,
+        &[],
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply
+        .header("Mcp-Session-Id")
+        .expect("a session id")
+        .to_string()
+}
+
+fn ping_works(addr: SocketAddr) {
+    let session = initialize(addr);
+    let reply = post(
+        addr,
+        &[("Mcp-Session-Id", &session)],
+        &json!({"jsonrpc": "2.0", "id": 9, "method": "ping"}),
+    );
+    assert_eq!((reply.status, &reply.body["result"]), (200, &json!({})));
+}
+
+#[test]
+fn bad_http_input_gets_its_status_and_error_and_the_server_keeps_serving() {
+    let http = start();
+    let addr = http.local_addr();
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+
+    let wrong_type = send(
+        addr,
+        "POST",
+        &[("Content-Type", "text/plain")],
+        ping.as_bytes(),
+    );
+    assert_eq!((wrong_type.status, wrong_type.code()), (415, -32600));
+
+    let huge = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(100 * 1024)
+    );
+    let too_big = send(
+        addr,
+        "POST",
+        &[("Content-Type", "application/json")],
+        huge.as_bytes(),
+    );
+    assert_eq!((too_big.status, too_big.code()), (413, -32600));
+
+    let invalid = send(
+        addr,
+        "POST",
+        &[("Content-Type", "application/json")],
+        b"{not json",
+    );
+    assert_eq!((invalid.status, invalid.code()), (400, -32700));
+
+    let batch = send(
+        addr,
+        "POST",
+        &[("Content-Type", "application/json")],
+        format!("[{ping}]").as_bytes(),
+    );
+    assert_eq!((batch.status, batch.code()), (400, -32600));
+
+    let no_session = post(
+        addr,
+        &[],
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    );
+    assert_eq!((no_session.status, no_session.code()), (400, -32600));
+
+    let unknown = post(
+        addr,
+        &[("Mcp-Session-Id", "no-such-session")],
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}),
+    );
+    assert_eq!((unknown.status, unknown.code()), (404, -32600));
+
+    let wrong_verb = send(
+        addr,
+        "PUT",
+        &[("Content-Type", "application/json")],
+        ping.as_bytes(),
+    );
+    assert_eq!(wrong_verb.status, 405);
+
+    let evil = post(
+        addr,
+        &[("Origin", "http://evil.example")],
+        &json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}),
+    );
+    assert_eq!(evil.status, 403);
+
+    let get_without_accept = send(addr, "GET", &[], b"");
+    assert_eq!(get_without_accept.status, 406);
+
+    let greet = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "greet", "arguments": {"name": "x"}, "_meta": meta_2026(false)}});
+    let no_method = post(addr, &[], &greet);
+    assert_eq!((no_method.status, no_method.code()), (400, -32020));
+    let mismatched_method = post(
+        addr,
+        &[("Mcp-Method", "tasks/get"), ("Mcp-Name", "greet")],
+        &greet,
+    );
+    assert_eq!(
+        (mismatched_method.status, mismatched_method.code()),
+        (400, -32020)
+    );
+    let mismatched_name = post(
+        addr,
+        &[("Mcp-Method", "tools/call"), ("Mcp-Name", "echo")],
+        &greet,
+    );
+    assert_eq!(
+        (mismatched_name.status, mismatched_name.code()),
+        (400, -32020)
+    );
+    let no_name = post(addr, &[("Mcp-Method", "tools/call")], &greet);
+    assert_eq!((no_name.status, no_name.code()), (400, -32020));
+
+    ping_works(addr);
+}
+
+#[test]
+fn sessions_never_see_each_others_tasks() {
+    let http = start();
+    let addr = http.local_addr();
+    let (a, b) = (initialize(addr), initialize(addr));
+    assert_ne!(a, b);
+    let created = post(
+        addr,
+        &[("Mcp-Session-Id", &a)],
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "sleep", "arguments": {"ms": 0}, "task": {}}}),
+    );
+    let id = created.body["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let get = |session: &str| {
+        post(
+            addr,
+            &[("Mcp-Session-Id", session)],
+            &json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"taskId": id}}),
+        )
+    };
+    assert_eq!(get(&a).body["result"]["taskId"], id.as_str());
+    assert_eq!(get(&b).code(), -32602, "another session's task is unknown");
+    let list = |session: &str| {
+        post(
+            addr,
+            &[("Mcp-Session-Id", session)],
+            &json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/list"}),
+        )
+    };
+    assert_eq!(
+        list(&a).body["result"]["tasks"].as_array().unwrap().len(),
+        1
+    );
+    assert_eq!(list(&b).body["result"]["tasks"], json!([]));
+}
+
+#[test]
+fn deleting_a_session_ends_it() {
+    let http = start();
+    let addr = http.local_addr();
+    let session = initialize(addr);
+    assert_eq!(
+        send(addr, "DELETE", &[("Mcp-Session-Id", &session)], b"").status,
+        200
+    );
+    let after = post(
+        addr,
+        &[("Mcp-Session-Id", &session)],
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}),
+    );
+    assert_eq!(after.status, 404);
+    assert_eq!(
+        send(addr, "DELETE", &[("Mcp-Session-Id", &session)], b"").status,
+        404
+    );
+}
+
+#[test]
+fn stateless_requests_run_tools_and_tasks_with_routing_headers() {
+    let http = start();
+    let addr = http.local_addr();
+    let discover = post(
+        addr,
+        &[("Mcp-Method", "server/discover")],
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta_2026(false)}}),
+    );
+    assert_eq!(discover.status, 200);
+    assert_eq!(
+        discover.body["result"]["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"],
+        json!({})
+    );
+    assert!(
+        discover.header("Mcp-Session-Id").is_none(),
+        "2026-07-28 is stateless"
+    );
+
+    let greet = post(
+        addr,
+        &[("Mcp-Method", "tools/call"), ("Mcp-Name", "greet")],
+        &json!({"jsonrpc": "2.0", "id": 2,
+        "method": "tools/call", "params": {"name": "greet", "arguments": {"name": "HTTP"}, "_meta": meta_2026(false)}}),
+    );
+    assert_eq!(greet.body["result"]["content"][0]["text"], "Hello, HTTP!");
+    assert_eq!(greet.body["result"]["resultType"], "complete");
+
+    let required = post(
+        addr,
+        &[("Mcp-Method", "tools/call"), ("Mcp-Name", "failing_job")],
+        &json!({"jsonrpc": "2.0", "id": 3,
+        "method": "tools/call", "params": {"name": "failing_job", "_meta": meta_2026(false)}}),
+    );
+    assert_eq!((required.status, required.code()), (400, -32021));
+    assert!(
+        required.body["error"]["data"]["requiredCapabilities"]["extensions"]
+            ["io.modelcontextprotocol/tasks"]
+            .is_object()
+    );
+
+    let task = post(
+        addr,
+        &[("Mcp-Method", "tools/call"), ("Mcp-Name", "sleep_required")],
+        &json!({"jsonrpc": "2.0", "id": 4,
+        "method": "tools/call", "params": {"name": "sleep_required", "arguments": {"ms": 0}, "_meta": meta_2026(true)}}),
+    );
+    assert_eq!(task.body["result"]["resultType"], "task");
+    let id = task.body["result"]["taskId"].as_str().unwrap().to_string();
+    let got = post(
+        addr,
+        &[("Mcp-Method", "tasks/get"), ("Mcp-Name", &id)],
+        &json!({"jsonrpc": "2.0", "id": 5,
+        "method": "tasks/get", "params": {"taskId": id, "_meta": meta_2026(true)}}),
+    );
+    assert_eq!(
+        got.body["result"]["taskId"],
+        id.as_str(),
+        "readable at once: {}",
+        got.body
+    );
+
+    let removed = post(
+        addr,
+        &[],
+        &json!({"jsonrpc": "2.0", "id": 6, "method": "tasks/list", "params": {"_meta": meta_2026(true)}}),
+    );
+    assert_eq!(removed.code(), -32601);
+}
+
+#[test]
+fn a_session_event_stream_carries_status_notifications() {
+    let http = start();
+    let addr = http.local_addr();
+    let session = initialize(addr);
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(stream, "GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\r\n").unwrap();
+    let mut events = BufReader::new(stream);
+    let mut status_line = String::new();
+    events.read_line(&mut status_line).unwrap();
+    assert!(status_line.starts_with("HTTP/1.1 200"), "{status_line}");
+    // The stream is open once its headers arrived; now cause a status change.
+    let mut line = String::new();
+    while line != "\r\n" {
+        line.clear();
+        events.read_line(&mut line).unwrap();
+    }
+    post(
+        addr,
+        &[("Mcp-Session-Id", &session)],
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "sleep", "arguments": {"ms": 0}, "task": {}}}),
+    );
+    loop {
+        line.clear();
+        assert!(
+            events.read_line(&mut line).unwrap() > 0,
+            "the stream ended early"
+        );
+        if let Some(data) = line.strip_prefix("data: ") {
+            let message: Value = serde_json::from_str(data.trim()).unwrap();
+            assert_eq!(message["method"], "notifications/tasks/status");
+            assert_eq!(message["params"]["status"], "completed");
+            return;
+        }
+    }
+}
