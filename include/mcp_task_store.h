@@ -487,6 +487,30 @@ mcpts_result mcpts_handle_resolve_input(const mcpts_handle *handle, const char *
  */
 mcpts_result mcpts_handle_wait_input(const mcpts_handle *handle, const char *task_id, const char *session, const char *key, uint64_t timeout_ms, mcpts_bytes **answer_out);
 
+/**
+ * Serves one raw JSON-RPC request for a `tasks/` method (`request_len` bytes of UTF-8 JSON) against
+ * the store, so a host with its own transport can serve MCP tasks without rewriting the
+ * protocol adapters. The revision is read from the request: SEP-2663 when its
+ * `params._meta` names protocol `2026-07-28`, else 2025-11-25. `session` scopes the tasks
+ * (NULL: sessionless).
+ *
+ * On `OK`, `*response_out` is the complete JSON-RPC response to send back (a protocol error,
+ * such as an unknown task or malformed JSON, is a JSON-RPC error response, still `OK`), or
+ * NULL when the message needs no response (a notification). Methods outside `tasks/` get
+ * -32601. A 2025-11-25 `tasks/result` blocks until the task is terminal.
+ *
+ * Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT` (not UTF-8).
+ *
+ * Thread safety: any thread, concurrently with other calls on `handle`; blocks only the
+ * calling thread.
+ *
+ * # Safety
+ *
+ * `handle` must be NULL or live; `request_json` NULL or readable for `request_len` bytes;
+ * `session` NULL or NUL-terminated; `response_out` NULL or writable.
+ */
+mcpts_result mcpts_handle_dispatch(const mcpts_handle *handle, const uint8_t *request_json, size_t request_len, const char *session, mcpts_bytes **response_out);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

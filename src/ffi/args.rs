@@ -102,7 +102,18 @@ impl<T> Out<T> {
     ///
     /// The pointer given to [`Out::new`] must be valid for a write.
     pub(crate) unsafe fn write(self, value: Box<T>) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.write_optional(Some(value)) };
+    }
+
+    /// Hands `value` to C, or NULL for "no output".
+    ///
+    /// # Safety
+    ///
+    /// The pointer given to [`Out::new`] must be valid for a write.
+    pub(crate) unsafe fn write_optional(self, value: Option<Box<T>>) {
+        let raw = value.map_or(std::ptr::null_mut(), Box::into_raw);
         // SAFETY: non-NULL (checked in `new`) and writable, per the caller.
-        unsafe { self.0.write(Box::into_raw(value)) };
+        unsafe { self.0.write(raw) };
     }
 }

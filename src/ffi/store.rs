@@ -684,3 +684,46 @@ pub unsafe extern "C" fn mcpts_handle_wait_input(
         Ok(())
     })
 }
+
+/// Serves one raw JSON-RPC request for a `tasks/` method (`request_len` bytes of UTF-8 JSON) against
+/// the store, so a host with its own transport can serve MCP tasks without rewriting the
+/// protocol adapters. The revision is read from the request: SEP-2663 when its
+/// `params._meta` names protocol `2026-07-28`, else 2025-11-25. `session` scopes the tasks
+/// (NULL: sessionless).
+///
+/// On `OK`, `*response_out` is the complete JSON-RPC response to send back (a protocol error,
+/// such as an unknown task or malformed JSON, is a JSON-RPC error response, still `OK`), or
+/// NULL when the message needs no response (a notification). Methods outside `tasks/` get
+/// -32601. A 2025-11-25 `tasks/result` blocks until the task is terminal.
+///
+/// Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT` (not UTF-8).
+///
+/// Thread safety: any thread, concurrently with other calls on `handle`; blocks only the
+/// calling thread.
+///
+/// # Safety
+///
+/// `handle` must be NULL or live; `request_json` NULL or readable for `request_len` bytes;
+/// `session` NULL or NUL-terminated; `response_out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_handle_dispatch(
+    handle: *const mcpts_handle,
+    request_json: *const u8,
+    request_len: usize,
+    session: *const c_char,
+    response_out: *mut *mut mcpts_bytes,
+) -> mcpts_result {
+    ffi_boundary!(fallible {
+        // SAFETY (all `unsafe` blocks in this body): per this function's contract.
+        let handle = unsafe { arg_ref(handle, "handle") }?;
+        let request = unsafe { arg_bytes(request_json, request_len, "request_json") }?;
+        let session = unsafe { opt_session(session) }?;
+        let response_out = Out::new(response_out, "response_out")?;
+        let request = std::str::from_utf8(request)
+            .map_err(|e| Error::invalid(format!("the request is not UTF-8: {e}")))?;
+        let response = crate::protocol::dispatch_tasks(&handle.handle, session.as_ref(), request);
+        let bytes = response.map(|r| mcpts_bytes::json(&r)).transpose()?;
+        unsafe { response_out.write_optional(bytes) };
+        Ok(())
+    })
+}

@@ -283,6 +283,41 @@ int main(void) {
     OK(mcpts_handle_wait_input(h, a, NULL, "ask-1", MCPTS_WAIT_FOREVER, &out));
     JSON_HAS(out, "\"action\":\"accept\"");
 
+    /* dispatch: raw JSON-RPC tasks requests in either revision */
+    {
+        char get2025[256], get2026[512];
+        snprintf(get2025, sizeof get2025,
+                 "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tasks/get\",\"params\":{\"taskId\":\"%s\"}}", a);
+        snprintf(get2026, sizeof get2026,
+                 "{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"tasks/get\",\"params\":{\"taskId\":\"%s\","
+                 "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                 "\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":"
+                 "{\"io.modelcontextprotocol/tasks\":{}}}}}}", a);
+        const char *unknown = "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tasks/get\",\"params\":{\"taskId\":\"nope\"}}";
+        const char *other = "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/list\"}";
+        const char *notification = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}";
+        const char *garbage = "{oops";
+        EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_dispatch(NULL, u8(get2025), strlen(get2025), NULL, &out));
+        EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_dispatch(h, NULL, 0, NULL, &out));
+        EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_dispatch(h, u8(get2025), strlen(get2025), NULL, NULL));
+        EXPECT(MCPTS_RESULT_INVALID_ARGUMENT, mcpts_handle_dispatch(h, u8("\xff\xfe"), 2, NULL, &out));
+        CHECK(out == SENTINEL);
+        OK(mcpts_handle_dispatch(h, u8(get2025), strlen(get2025), NULL, &out));
+        JSON_HAS(out, "\"ttl\":"); /* 2025-11-25 names it ttl, SEP-2663 ttlMs */
+        OK(mcpts_handle_dispatch(h, u8(get2026), strlen(get2026), NULL, &out));
+        JSON_HAS(out, "\"resultType\":\"complete\"");
+        OK(mcpts_handle_dispatch(h, u8(unknown), strlen(unknown), NULL, &out));
+        JSON_HAS(out, "-32602");
+        OK(mcpts_handle_dispatch(h, u8(other), strlen(other), NULL, &out));
+        JSON_HAS(out, "-32601");
+        OK(mcpts_handle_dispatch(h, u8(garbage), strlen(garbage), NULL, &out));
+        JSON_HAS(out, "-32700");
+        out = SENTINEL;
+        OK(mcpts_handle_dispatch(h, u8(notification), strlen(notification), NULL, &out));
+        CHECK(out == NULL);
+        out = SENTINEL;
+    }
+
     /* results */
     const char *result = "{\"result\": {\"content\": [], \"isError\": false}, \"message\": \"done\"}";
     const char *error = "{\"error\": {\"code\": -32603, \"message\": \"boom\"}}";
