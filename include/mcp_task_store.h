@@ -67,6 +67,10 @@ enum mcpts_result
    */
   MCPTS_RESULT_CLOSED = 6,
   /**
+   * The store's journal could not be read or written (the message names the file).
+   */
+  MCPTS_RESULT_JOURNAL = 7,
+  /**
    * No task with this id is visible to the caller: unknown, another session's, expired, or
    * not a UUID at all. The cases are deliberately indistinguishable.
    */

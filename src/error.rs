@@ -58,6 +58,10 @@ pub enum StoreError {
         /// Why it was rejected.
         reason: String,
     },
+    /// The journal could not be read or written; the text names the file (and, for damage,
+    /// the byte offset). A store whose journal fails to write stops rather than acknowledge
+    /// what it could not make durable.
+    Journal(String),
     /// The store's owner thread is gone (shut down, or it panicked).
     Closed,
 }
@@ -96,6 +100,7 @@ impl fmt::Display for StoreError {
             StoreError::InvalidConfig { field, reason } => {
                 write!(f, "invalid store configuration: {field} {reason}")
             }
+            StoreError::Journal(why) => write!(f, "journal: {why}"),
             StoreError::Closed => f.write_str("the task store is closed"),
         }
     }

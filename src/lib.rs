@@ -42,8 +42,9 @@ pub use model::{
     StoreEvent, Task, TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus, Timestamp,
 };
 pub use store::{
-    CancelToken, Clock, ExpiryPolicy, ManualClock, Millis, Now, Store, StoreBuilder, StoreConfig,
-    StoreHandle, StoreMachine, SystemClock, TaskStore,
+    CancelToken, Clock, Durability, ExpiryPolicy, JournalConfig, ManualClock, Millis, Now,
+    RecoveryPolicy, Store, StoreBuilder, StoreConfig, StoreHandle, StoreMachine, SystemClock,
+    TaskStore,
 };
 
 /// The README's code blocks, compiled and run as doc tests so they stay true.

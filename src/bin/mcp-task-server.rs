@@ -8,7 +8,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
 use mcp_task_store::server::{demo, Server};
-use mcp_task_store::{ExpiryPolicy, StoreConfig};
+use mcp_task_store::{Durability, ExpiryPolicy, JournalConfig, Store, StoreConfig};
 use serde_json::{json, Value};
 
 const HELP: &str = "\
@@ -32,6 +32,10 @@ Store settings (durations take units: 500ms, 90s, 10m, 2h):
                                    fail it (its tool is told to stop) and remove it after
                                    --expiry-grace, or remove it at once [default: fail]
     --expiry-grace DURATION        how long an expired task stays readable [default: 30s]
+    --data-dir DIR                 keep a write-ahead journal in DIR: tasks survive restarts
+                                   (every change is fsynced before it is acknowledged; tasks
+                                   still running at a restart are failed) [default: memory]
+    --durability fsync|flush|none  with --data-dir: when a change is safe [default: fsync]
 
 Server settings:
     --http ADDR                    serve Streamable HTTP on ADDR instead of stdio
@@ -57,6 +61,8 @@ struct Options {
     demo: bool,
     http: Option<std::net::SocketAddr>,
     allow_remote: bool,
+    journal: Option<JournalConfig>,
+    durability: Durability,
     promote_after: Duration,
 }
 
@@ -81,6 +87,8 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
         demo: false,
         http: None,
         allow_remote: false,
+        journal: None,
+        durability: Durability::Fsync,
         promote_after: Duration::from_millis(50),
     };
     let mut args = args.peekable();
@@ -114,6 +122,19 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
                 })?)
             }
             "--allow-remote" => options.allow_remote = true,
+            "--data-dir" => options.journal = Some(JournalConfig::new(value()?)),
+            "--durability" => {
+                options.durability = match value()?.as_str() {
+                    "fsync" => Durability::Fsync,
+                    "flush" => Durability::Flush,
+                    "none" => Durability::None,
+                    other => {
+                        return Err(format!(
+                            "--durability: '{other}' is not fsync, flush or none"
+                        ))
+                    }
+                }
+            }
             "--promote-after" => options.promote_after = parse_duration(&flag, &value()?)?,
             "--default-ttl" => options.store.default_ttl = Some(parse_duration(&flag, &value()?)?),
             "--max-ttl" => options.store.max_ttl = Some(parse_duration(&flag, &value()?)?),
@@ -148,6 +169,9 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
         (false, None) => ExpiryPolicy::default(),
     };
     options.store.validate().map_err(|e| e.to_string())?;
+    if let Some(journal) = &mut options.journal {
+        journal.durability = options.durability;
+    }
     if let Some(addr) = options.http {
         if !addr.ip().is_loopback() && !options.allow_remote {
             return Err(format!(
@@ -202,9 +226,34 @@ fn main() -> ExitCode {
         };
     }
     let mut builder = Server::builder()
-        .store_config(options.store)
         .workers(options.workers)
         .promote_after(options.promote_after);
+    // Without a journal the server makes its own store; with one, it opens (and recovers)
+    // the journaled store first and keeps it alive for as long as it serves.
+    let _journaled = match options.journal {
+        None => {
+            builder = builder.store_config(options.store);
+            None
+        }
+        Some(journal) => {
+            let dir = journal.dir.clone();
+            match Store::builder()
+                .config(options.store)
+                .journal(journal)
+                .build()
+            {
+                Ok(store) => {
+                    log::info!("tasks are journaled in {}", dir.display());
+                    builder = builder.store(std::sync::Arc::new(store.handle()));
+                    Some(store)
+                }
+                Err(e) => {
+                    eprintln!("mcp-task-server: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
     for tool in demo::tools() {
         builder = builder.tool(tool);
     }

@@ -32,6 +32,8 @@ pub enum mcpts_result {
     InvalidConfig = 5,
     /// The store is gone: it was freed (or its owner thread died) before or during the call.
     Closed = 6,
+    /// The store's journal could not be read or written (the message names the file).
+    Journal = 7,
     /// No task with this id is visible to the caller: unknown, another session's, expired, or
     /// not a UUID at all. The cases are deliberately indistinguishable.
     NotFound = 100,
@@ -64,6 +66,7 @@ impl mcpts_result {
             mcpts_result::InvalidArgument => c"MCPTS_RESULT_INVALID_ARGUMENT",
             mcpts_result::InvalidConfig => c"MCPTS_RESULT_INVALID_CONFIG",
             mcpts_result::Closed => c"MCPTS_RESULT_CLOSED",
+            mcpts_result::Journal => c"MCPTS_RESULT_JOURNAL",
             mcpts_result::NotFound => c"MCPTS_RESULT_NOT_FOUND",
             mcpts_result::InvalidTransition => c"MCPTS_RESULT_INVALID_TRANSITION",
             mcpts_result::AlreadyTerminal => c"MCPTS_RESULT_ALREADY_TERMINAL",
@@ -77,7 +80,7 @@ impl mcpts_result {
     }
 
     fn from_u32(code: u32) -> Option<mcpts_result> {
-        const ALL: [mcpts_result; 16] = [
+        const ALL: [mcpts_result; 17] = [
             mcpts_result::Ok,
             mcpts_result::NullParameter,
             mcpts_result::Panic,
@@ -85,6 +88,7 @@ impl mcpts_result {
             mcpts_result::InvalidArgument,
             mcpts_result::InvalidConfig,
             mcpts_result::Closed,
+            mcpts_result::Journal,
             mcpts_result::NotFound,
             mcpts_result::InvalidTransition,
             mcpts_result::AlreadyTerminal,
@@ -172,6 +176,7 @@ impl From<StoreError> for Error {
             StoreError::Timeout => mcpts_result::Timeout,
             StoreError::InvalidConfig { .. } => mcpts_result::InvalidConfig,
             StoreError::Closed => mcpts_result::Closed,
+            StoreError::Journal(_) => mcpts_result::Journal,
         };
         Error::new(code, err.to_string())
     }

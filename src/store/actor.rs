@@ -8,7 +8,9 @@ use serde_json::Value;
 
 use super::clock::{Millis, Now, TimeSource};
 use super::config::duration_ms;
+use super::journal::{Journal, Record};
 use super::machine::{StoreMachine, StoreStats, Wake, WakeOutcome};
+use super::record::Change;
 use super::token::CancelToken;
 use crate::model::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, StoreEvent, Task,
@@ -133,15 +135,46 @@ pub(crate) struct StoreActor {
     machine: StoreMachine<ReplyTo>,
     time: TimeSource,
     subscribers: Vec<Subscriber>,
+    /// With a journal, replies wait here until their batch is durable (group commit).
+    journal: Option<Journal>,
+    held: Vec<Held>,
 }
 
+/// A reply held back until its batch is durable.
+type Held = Box<dyn FnOnce() + Send>;
+
+/// Rough size of one task's record, to judge when the log has outgrown the live data.
+const RECORD_BYTES_ESTIMATE: u64 = 256;
+
 impl StoreActor {
-    pub(crate) fn new(machine: StoreMachine<ReplyTo>, time: TimeSource) -> StoreActor {
+    pub(crate) fn new(
+        machine: StoreMachine<ReplyTo>,
+        time: TimeSource,
+        journal: Option<Journal>,
+    ) -> StoreActor {
         StoreActor {
             machine,
             time,
             subscribers: Vec::new(),
+            journal,
+            held: Vec::new(),
         }
+    }
+
+    /// Writes what recovery changed (tasks failed or expired while the process was down)
+    /// before the store serves anyone.
+    pub(crate) fn settle_recovery(&mut self) -> Result<(), StoreError> {
+        let now = self.time.now();
+        while self.machine.handle_timeout(now, usize::MAX) {}
+        if self.journal.as_ref().is_some_and(Journal::is_empty) {
+            let (key, seq) = (self.machine.cursor_key(), self.machine.next_seq());
+            let journal = self.journal.as_mut().expect("checked");
+            journal
+                .write_header(key, seq)
+                .map_err(|e| StoreError::Journal(format!("cannot write: {e}")))?;
+        }
+        self.commit()
+            .map_err(|e| StoreError::Journal(format!("cannot write: {e}")))
     }
 
     /// Serves commands until `Shutdown` or until every sender is gone.
@@ -154,19 +187,76 @@ impl StoreActor {
             let now = self.time.now();
             more_due = self.machine.handle_timeout(now, EXPIRY_BATCH);
             let mut next = first;
+            let mut stop = false;
             for _ in 0..COMMAND_BATCH {
-                let Some(command) = next else { break };
+                let Some(command) = next.take() else { break };
                 if !self.apply(now, command) {
-                    return;
+                    stop = true;
+                    break;
                 }
                 next = inbox.try_recv().ok();
             }
             if let Some(command) = next {
-                if !self.apply(now, command) {
-                    return;
-                }
+                stop |= !self.apply(now, command);
             }
-            self.flush();
+            if let Err(e) = self.commit() {
+                // Nothing of this batch may be acknowledged: stop, and every caller waiting
+                // on it gets `Closed` instead of a reply the disk does not back.
+                log::error!("the task store's journal failed, the store stops: {e}");
+                return;
+            }
+            if stop {
+                return;
+            }
+        }
+    }
+
+    /// Ends a batch: with a journal, writes the batch's changes and syncs once, then
+    /// releases the held replies; then hands out wake-ups and events.
+    fn commit(&mut self) -> std::io::Result<()> {
+        if let Some(journal) = &mut self.journal {
+            let changes = self.machine.take_changes();
+            for (id, change) in &changes {
+                let record = match change {
+                    Change::Removed => Record::Remove { id: *id },
+                    Change::Created | Change::Updated => {
+                        let with_origin = *change == Change::Created;
+                        match self.machine.record(*id, with_origin) {
+                            Some(task) => Record::Put(task),
+                            None => Record::Remove { id: *id },
+                        }
+                    }
+                };
+                journal.append(&record)?;
+            }
+            if !changes.is_empty() || !self.held.is_empty() {
+                journal.commit()?;
+            }
+            let live = self.machine.len() as u64 * RECORD_BYTES_ESTIMATE;
+            if journal.should_compact(live) {
+                let before = journal.log_bytes();
+                let tasks = self.machine.records();
+                let (key, seq) = (self.machine.cursor_key(), self.machine.next_seq());
+                journal.compact(key, seq, &tasks)?;
+                log::info!(
+                    "compacted the journal: {before} bytes of log -> {} tasks in a snapshot",
+                    tasks.len()
+                );
+            }
+            for held in self.held.drain(..) {
+                held();
+            }
+        }
+        self.flush();
+        Ok(())
+    }
+
+    /// Answers a command: at once without a journal, after the batch's sync with one.
+    fn reply<T: Send + 'static>(&mut self, reply: Reply<T>, result: Result<T, StoreError>) {
+        if self.journal.is_some() {
+            self.held.push(Box::new(move || send(reply, result)));
+        } else {
+            send(reply, result);
         }
     }
 
@@ -202,30 +292,38 @@ impl StoreActor {
                 {
                     result = m.create(now, TaskId::random(), req.clone());
                 }
-                send(reply, result);
+                self.reply(reply, result);
             }
-            Command::Get { id, session, reply } => send(reply, m.get(now, id, session.as_ref())),
+            Command::Get { id, session, reply } => {
+                let result = m.get(now, id, session.as_ref());
+                self.reply(reply, result);
+            }
             Command::GetDetail { id, session, reply } => {
-                send(reply, m.get_detail(now, id, session.as_ref()))
+                let result = m.get_detail(now, id, session.as_ref());
+                self.reply(reply, result);
             }
             Command::GetResult { id, session, reply } => {
-                send(reply, m.get_result(now, id, session.as_ref()))
+                let result = m.get_result(now, id, session.as_ref());
+                self.reply(reply, result);
             }
             Command::List {
                 session,
                 cursor,
                 reply,
-            } => send(reply, m.list(now, session.as_ref(), cursor.as_deref())),
+            } => {
+                let result = m.list(now, session.as_ref(), cursor.as_deref());
+                self.reply(reply, result);
+            }
             Command::UpdateStatus {
                 id,
                 session,
                 status,
                 message,
                 reply,
-            } => send(
-                reply,
-                m.update_status(now, id, session.as_ref(), status, message),
-            ),
+            } => {
+                let result = m.update_status(now, id, session.as_ref(), status, message);
+                self.reply(reply, result);
+            }
             Command::StoreResult {
                 id,
                 session,
@@ -233,33 +331,40 @@ impl StoreActor {
                 outcome,
                 message,
                 reply,
-            } => send(
-                reply,
-                m.store_result(now, id, session.as_ref(), status, outcome, message),
-            ),
+            } => {
+                let result = m.store_result(now, id, session.as_ref(), status, outcome, message);
+                self.reply(reply, result);
+            }
             Command::Cancel {
                 id,
                 session,
                 message,
                 reply,
-            } => send(reply, m.cancel(now, id, session.as_ref(), message)),
+            } => {
+                let result = m.cancel(now, id, session.as_ref(), message);
+                self.reply(reply, result);
+            }
             Command::SetInputRequests {
                 id,
                 session,
                 requests,
                 reply,
-            } => send(
-                reply,
-                m.set_input_requests(now, id, session.as_ref(), requests),
-            ),
+            } => {
+                let result = m.set_input_requests(now, id, session.as_ref(), requests);
+                self.reply(reply, result);
+            }
             Command::ResolveInput {
                 id,
                 session,
                 responses,
                 reply,
-            } => send(reply, m.resolve_input(now, id, session.as_ref(), responses)),
+            } => {
+                let result = m.resolve_input(now, id, session.as_ref(), responses);
+                self.reply(reply, result);
+            }
             Command::CancelToken { id, session, reply } => {
-                send(reply, m.cancel_token(now, id, session.as_ref()))
+                let result = m.cancel_token(now, id, session.as_ref());
+                self.reply(reply, result);
             }
             Command::WaitTerminal {
                 id,
@@ -291,19 +396,20 @@ impl StoreActor {
                 let (events, receiver) = crossbeam_channel::bounded(m.config().event_buffer);
                 m.set_events_enabled(true);
                 self.subscribers.push(Subscriber { events, missed: 0 });
-                send(reply, Ok(receiver));
+                self.reply(reply, Ok(receiver));
             }
-            Command::Stats { reply } => send(reply, Ok(m.stats())),
+            Command::Stats { reply } => {
+                let stats = m.stats();
+                self.reply(reply, Ok(stats));
+            }
             Command::Sync { reply } => {
                 // A barrier: everything due by the clock's current reading happens first.
                 let now = self.time.now();
                 while self.machine.handle_timeout(now, usize::MAX) {}
-                self.flush();
-                send(reply, Ok(()));
+                self.reply(reply, Ok(()));
             }
             Command::Shutdown => return false,
         }
-        self.flush();
         true
     }
 

@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::actor::{Command, Reply, StoreActor};
 use super::clock::{Clock, SystemClock, TimeSource};
 use super::config::{ExpiryPolicy, StoreConfig};
+use super::journal::{Journal, JournalConfig};
 use super::machine::{StoreMachine, StoreStats};
 use super::token::CancelToken;
 use crate::model::{
@@ -38,6 +39,7 @@ use crate::StoreError;
 pub struct StoreBuilder {
     config: StoreConfig,
     clock: Arc<dyn Clock>,
+    journal: Option<JournalConfig>,
 }
 
 impl fmt::Debug for StoreBuilder {
@@ -45,6 +47,7 @@ impl fmt::Debug for StoreBuilder {
         f.debug_struct("StoreBuilder")
             .field("config", &self.config)
             .field("clock", &self.clock)
+            .field("journal", &self.journal)
             .finish()
     }
 }
@@ -54,6 +57,7 @@ impl Default for StoreBuilder {
         StoreBuilder {
             config: StoreConfig::default(),
             clock: Arc::new(SystemClock),
+            journal: None,
         }
     }
 }
@@ -125,11 +129,36 @@ impl StoreBuilder {
         self
     }
 
-    /// Validates the configuration and starts the owner thread.
+    /// Keeps a write-ahead journal in `journal.dir`: every change is durable before it is
+    /// acknowledged, and the store is rebuilt from the journal when it starts.
+    pub fn journal(mut self, journal: JournalConfig) -> Self {
+        self.journal = Some(journal);
+        self
+    }
+
+    /// Validates the configuration, recovers the journal if there is one, and starts the
+    /// owner thread. A damaged journal is an error naming the file and offset.
     pub fn build(self) -> Result<Store, StoreError> {
         let cursor_key = TaskId::random().as_u128() as u64;
-        let machine = StoreMachine::new(self.config, cursor_key)?;
-        let actor = StoreActor::new(machine, TimeSource::new(self.clock));
+        let time = TimeSource::new(self.clock);
+        let (machine, journal) = match &self.journal {
+            None => (StoreMachine::new(self.config, cursor_key)?, None),
+            Some(journal_config) => {
+                self.config.validate()?;
+                let (journal, recovered) = Journal::open(journal_config)?;
+                let machine = StoreMachine::restore(
+                    self.config,
+                    recovered.cursor_key.unwrap_or(cursor_key),
+                    recovered.next_seq,
+                    recovered.tasks,
+                    time.now(),
+                    journal_config.recovery,
+                )?;
+                (machine, Some(journal))
+            }
+        };
+        let mut actor = StoreActor::new(machine, time, journal);
+        actor.settle_recovery()?;
         let (inbox_tx, inbox_rx) = crossbeam_channel::unbounded();
         let thread = std::thread::Builder::new()
             .name("mcp-task-store".into())

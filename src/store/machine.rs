@@ -25,6 +25,7 @@ use serde_json::Value;
 
 use super::clock::{Millis, Now};
 use super::config::{duration_ms, ExpiryPolicy, StoreConfig};
+use super::record::{Change, OutcomeRecord, RecoveryPolicy, TaskRecord};
 use super::token::CancelToken;
 use super::wheel::Wheel;
 use crate::model::{
@@ -160,6 +161,9 @@ pub struct StoreMachine<W> {
     events: VecDeque<StoreEvent>,
     events_enabled: bool,
     cursor_key: u64,
+    /// Tasks changed since the journal last took the changes (only while journaling).
+    changes: HashMap<TaskId, Change>,
+    journaling: bool,
 }
 
 impl<W> StoreMachine<W> {
@@ -181,6 +185,8 @@ impl<W> StoreMachine<W> {
             events: VecDeque::new(),
             events_enabled: false,
             cursor_key,
+            changes: HashMap::new(),
+            journaling: false,
         })
     }
 
@@ -260,6 +266,7 @@ impl<W> StoreMachine<W> {
             });
         }
         self.tasks.insert(id, entry);
+        self.touch(id, Change::Created);
         Ok(task)
     }
 
@@ -616,6 +623,10 @@ impl<W> StoreMachine<W> {
             Ok(_) => {
                 let entry = self.tasks.get_mut(&id).expect("visible task exists");
                 let answer = entry.extra.as_mut().and_then(|x| x.answers.remove(key));
+                if answer.is_some() {
+                    self.touch(id, Change::Updated);
+                }
+                let entry = &self.tasks[&id];
                 let pending = entry
                     .extra
                     .as_ref()
@@ -673,6 +684,190 @@ impl<W> StoreMachine<W> {
         self.events.pop_front()
     }
 
+    // ----- journal --------------------------------------------------------------------
+
+    /// Starts (or stops) tracking which tasks change, for a journal to write after each
+    /// batch of commands.
+    pub fn set_journaling(&mut self, on: bool) {
+        self.journaling = on;
+        self.changes.clear();
+    }
+
+    /// The tasks changed since the last call, each with what to write about it.
+    pub fn take_changes(&mut self) -> Vec<(TaskId, Change)> {
+        let mut changes: Vec<(TaskId, Change)> = self.changes.drain().collect();
+        changes.sort_unstable_by_key(|(id, _)| *id);
+        changes
+    }
+
+    /// The next creation sequence number (journals persist it so listings stay ordered).
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// The secret that binds cursors to sessions (journals persist it so cursors survive a
+    /// restart).
+    pub fn cursor_key(&self) -> u64 {
+        self.cursor_key
+    }
+
+    /// The durable record of a live task; `with_origin` includes the originating request.
+    pub fn record(&self, id: TaskId, with_origin: bool) -> Option<TaskRecord> {
+        let entry = self.tasks.get(&id)?;
+        let extra = entry.extra.as_deref();
+        Some(TaskRecord {
+            id,
+            seq: entry.seq,
+            status: entry.status,
+            expired: entry.expired,
+            message: entry.status_message.clone(),
+            created_at: entry.created_at,
+            last_updated_at: entry.last_updated_at,
+            ttl: entry.ttl,
+            session: entry.session.clone(),
+            origin: if with_origin {
+                entry.origin.clone()
+            } else {
+                None
+            },
+            outcome: entry.outcome.as_ref().map(OutcomeRecord::from),
+            pending: extra.map(|x| x.pending.clone()).unwrap_or_default(),
+            answers: extra
+                .map(|x| {
+                    x.answers
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            used_keys: extra
+                .map(|x| {
+                    let mut keys: Vec<String> = x.used_keys.iter().cloned().collect();
+                    keys.sort();
+                    keys
+                })
+                .unwrap_or_default(),
+        })
+    }
+
+    /// Every live task's full record, in creation order (a snapshot).
+    pub fn records(&self) -> Vec<TaskRecord> {
+        let mut ids: Vec<(u64, TaskId)> = self.tasks.iter().map(|(id, e)| (e.seq, *id)).collect();
+        ids.sort_unstable();
+        ids.into_iter()
+            .filter_map(|(_, id)| self.record(id, true))
+            .collect()
+    }
+
+    /// Rebuilds a machine from recovered records. TTL deadlines are recomputed from each
+    /// task's wall-clock creation time, so a task whose TTL passed while the process was
+    /// down expires on the first `handle_timeout(now)`. Tasks still running follow
+    /// `policy`. Journaling starts enabled, and the recovery's own changes (failed tasks)
+    /// are pending in [`take_changes`](Self::take_changes).
+    pub fn restore(
+        config: StoreConfig,
+        cursor_key: u64,
+        next_seq: u64,
+        records: impl IntoIterator<Item = TaskRecord>,
+        now: Now,
+        policy: RecoveryPolicy,
+    ) -> Result<StoreMachine<W>, StoreError> {
+        let mut machine = StoreMachine::new(config, cursor_key)?;
+        machine.journaling = true;
+        for record in records {
+            machine.next_seq = machine.next_seq.max(record.seq + 1);
+            machine.insert_record(record, now);
+        }
+        machine.next_seq = machine.next_seq.max(next_seq);
+        if policy == RecoveryPolicy::FailRunning {
+            let running: Vec<TaskId> = machine
+                .tasks
+                .iter()
+                .filter(|(_, e)| !e.status.is_terminal())
+                .map(|(id, _)| *id)
+                .collect();
+            for id in running {
+                let message = "the server restarted before the task finished".to_string();
+                machine.finish(now, id, TaskStatus::Failed, Some(message), None);
+            }
+        }
+        Ok(machine)
+    }
+
+    fn insert_record(&mut self, record: TaskRecord, now: Now) {
+        let grace = match self.config.expiry {
+            ExpiryPolicy::Fail { grace } if record.expired => duration_ms(grace),
+            _ => 0,
+        };
+        // Wall-clock deadline -> time left -> a deadline on this process's monotonic base.
+        let expires_at = record.ttl.map(|ttl| {
+            let deadline = record
+                .created_at
+                .as_millis()
+                .saturating_add(ttl)
+                .saturating_add(grace);
+            now.mono.plus(deadline.saturating_sub(now.wall.as_millis()))
+        });
+        if let Some(at) = expires_at {
+            self.wheel.insert(at.0, Timer::Expire(record.id));
+        }
+        let has_extra = !record.pending.is_empty()
+            || !record.answers.is_empty()
+            || !record.used_keys.is_empty();
+        let extra = has_extra.then(|| {
+            Box::new(Extra {
+                pending: record.pending,
+                answers: record.answers.into_iter().collect(),
+                used_keys: record.used_keys.into_iter().collect(),
+                waiters: Vec::new(),
+                cancel: None,
+            })
+        });
+        if record.expired {
+            *self.lingering.entry(record.session.clone()).or_default() += 1;
+        }
+        self.sessions
+            .entry(record.session.clone())
+            .or_default()
+            .insert(record.seq, record.id);
+        self.tasks.insert(
+            record.id,
+            Entry {
+                seq: record.seq,
+                status: record.status,
+                expired: record.expired,
+                status_message: record.message,
+                created_at: record.created_at,
+                last_updated_at: record.last_updated_at,
+                ttl: record.ttl,
+                expires_at,
+                session: record.session,
+                origin: record.origin,
+                outcome: record.outcome.map(Outcome::from),
+                extra,
+            },
+        );
+    }
+
+    fn touch(&mut self, id: TaskId, change: Change) {
+        if !self.journaling {
+            return;
+        }
+        match self.changes.get(&id).copied() {
+            None => {
+                self.changes.insert(id, change);
+            }
+            Some(earlier) => match earlier.then(change) {
+                Some(merged) => {
+                    self.changes.insert(id, merged);
+                }
+                None => {
+                    self.changes.remove(&id);
+                }
+            },
+        }
+    }
+
     // ----- internals ----------------------------------------------------------------
 
     fn visible(&self, id: TaskId, session: Option<&SessionId>) -> Result<&Entry<W>, StoreError> {
@@ -696,6 +891,7 @@ impl<W> StoreMachine<W> {
 
     /// Snapshot after a change, announcing it to subscribers.
     fn changed(&mut self, id: TaskId) -> Task {
+        self.touch(id, Change::Updated);
         let task = self.snapshot(id, &self.tasks[&id]);
         self.emit_status(&task, id);
         task
@@ -783,6 +979,7 @@ impl<W> StoreMachine<W> {
         message: Option<String>,
         outcome: Option<Outcome>,
     ) -> Task {
+        self.touch(id, Change::Updated);
         let entry = self.tasks.get_mut(&id).expect("finish on a live task");
         debug_assert!(!entry.status.is_terminal());
         entry.status = status;
@@ -824,6 +1021,7 @@ impl<W> StoreMachine<W> {
         let Some(entry) = self.tasks.remove(&id) else {
             return;
         };
+        self.touch(id, Change::Removed);
         if entry.expired {
             if let Some(count) = self.lingering.get_mut(&entry.session) {
                 *count -= 1;

@@ -9,7 +9,9 @@ mod clock;
 mod config;
 mod contract;
 mod handle;
+mod journal;
 pub mod machine;
+mod record;
 mod token;
 mod wheel;
 
@@ -17,5 +19,7 @@ pub use clock::{Clock, ManualClock, Millis, Now, SystemClock};
 pub use config::{ExpiryPolicy, StoreConfig};
 pub use contract::TaskStore;
 pub use handle::{Store, StoreBuilder, StoreHandle};
+pub use journal::{Durability, JournalConfig};
 pub use machine::{StoreMachine, StoreStats};
+pub use record::{Change, OutcomeRecord, RecoveryPolicy, TaskRecord};
 pub use token::CancelToken;

@@ -3,6 +3,7 @@
 mod handle;
 #[cfg(feature = "http")]
 mod http;
+mod journal;
 mod model;
 mod server;
 mod stdio;

@@ -1,0 +1,368 @@
+//! The optional write-ahead journal: every change is appended before the reply that
+//! acknowledges it is sent (group commit: one sync per batch of commands), and the store is
+//! rebuilt from it on start.
+//!
+//! On disk, a directory holds generation `G`: `snapshot-G` (every live task at the moment
+//! generation `G` began; absent for generation 0) and `journal-G.log` (the changes since).
+//! Both are sequences of framed JSON records (see [`frame`]). Compaction writes
+//! `snapshot-(G+1)` through a temporary file and a rename, starts `journal-(G+1).log`, then
+//! deletes generation `G`; a crash at any point leaves a directory recovery reads correctly,
+//! because a generation's log is only ever replayed over its own snapshot.
+
+mod frame;
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::record::{RecoveryPolicy, TaskRecord};
+use crate::model::TaskId;
+use crate::StoreError;
+
+/// When an acknowledged change is safe.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum Durability {
+    /// Each batch is written and `fdatasync`ed before its replies: acknowledged changes
+    /// survive a power loss. The default.
+    #[default]
+    Fsync,
+    /// Each batch is handed to the operating system before its replies: acknowledged
+    /// changes survive the process crashing, not the machine.
+    Flush,
+    /// Records are buffered and written when the buffer fills: fastest, and a crash may
+    /// lose the last acknowledged changes.
+    None,
+}
+
+/// Where and how the store keeps its journal.
+#[derive(Clone, PartialEq, Debug)]
+pub struct JournalConfig {
+    /// The journal's directory (created if missing).
+    pub dir: PathBuf,
+    /// When acknowledged changes are safe (default: fsync).
+    pub durability: Durability,
+    /// Compact (snapshot and start a new log) once the log is this many times larger than
+    /// the live data, and at least `compact_min_bytes` (defaults 4 and 1 MiB).
+    pub compact_ratio: u32,
+    /// See `compact_ratio`.
+    pub compact_min_bytes: u64,
+    /// What to do with tasks found still running at start (default: fail them).
+    pub recovery: RecoveryPolicy,
+}
+
+impl JournalConfig {
+    /// A journal in `dir` with the defaults.
+    pub fn new(dir: impl Into<PathBuf>) -> JournalConfig {
+        JournalConfig {
+            dir: dir.into(),
+            durability: Durability::Fsync,
+            compact_ratio: 4,
+            compact_min_bytes: 1024 * 1024,
+            recovery: RecoveryPolicy::FailRunning,
+        }
+    }
+}
+
+const VERSION: u32 = 1;
+
+/// One record in a journal or snapshot file.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub(crate) enum Record {
+    /// First record of every file.
+    Header {
+        version: u32,
+        generation: u64,
+        cursor_key: u64,
+        next_seq: u64,
+    },
+    /// A task's full state (its origin only in its first record).
+    Put(TaskRecord),
+    /// A task is gone.
+    Remove { id: TaskId },
+}
+
+/// What recovery found.
+#[derive(Debug, Default)]
+pub(crate) struct Recovered {
+    pub(crate) cursor_key: Option<u64>,
+    pub(crate) next_seq: u64,
+    pub(crate) tasks: Vec<TaskRecord>,
+}
+
+/// An open journal, appending to `journal-G.log`.
+#[derive(Debug)]
+pub(crate) struct Journal {
+    config: JournalConfig,
+    generation: u64,
+    log: BufWriter<File>,
+    log_bytes: u64,
+    /// Size of the live data when the generation began (its snapshot), for compaction.
+    base_bytes: u64,
+    scratch: Vec<u8>,
+}
+
+fn io_error(path: &Path, what: &str, e: io::Error) -> StoreError {
+    StoreError::Journal(format!("{what} {}: {e}", path.display()))
+}
+
+fn snapshot_path(dir: &Path, generation: u64) -> PathBuf {
+    dir.join(format!("snapshot-{generation:016x}"))
+}
+
+fn log_path(dir: &Path, generation: u64) -> PathBuf {
+    dir.join(format!("journal-{generation:016x}.log"))
+}
+
+/// Generations present in `dir`: snapshots and logs, by number.
+fn generations(dir: &Path) -> Result<(Vec<u64>, Vec<u64>), StoreError> {
+    let (mut snapshots, mut logs) = (Vec::new(), Vec::new());
+    let entries = fs::read_dir(dir).map_err(|e| io_error(dir, "cannot read", e))?;
+    for entry in entries {
+        let name = entry
+            .map_err(|e| io_error(dir, "cannot read", e))?
+            .file_name();
+        let name = name.to_string_lossy();
+        let parse = |hex: &str| u64::from_str_radix(hex, 16).ok();
+        if let Some(g) = name.strip_prefix("snapshot-").and_then(parse) {
+            snapshots.push(g);
+        } else if let Some(g) = name
+            .strip_prefix("journal-")
+            .and_then(|n| n.strip_suffix(".log"))
+            .and_then(parse)
+        {
+            logs.push(g);
+        }
+    }
+    snapshots.sort_unstable();
+    logs.sort_unstable();
+    Ok((snapshots, logs))
+}
+
+/// Reads one file's records into `state`. A torn tail is cut off the file (when `repair`),
+/// damage is an error naming the file and the offset.
+fn replay(
+    path: &Path,
+    state: &mut BTreeMap<TaskId, TaskRecord>,
+    recovered: &mut Recovered,
+    repair: bool,
+) -> Result<u64, StoreError> {
+    let bytes = fs::read(path).map_err(|e| io_error(path, "cannot read", e))?;
+    let (frames, ending) = frame::read_frames(&bytes).map_err(|damage| {
+        StoreError::Journal(format!(
+            "{} is damaged at byte offset {}: {}",
+            path.display(),
+            damage.offset,
+            damage.reason
+        ))
+    })?;
+    let mut offset = 0u64;
+    for payload in frames {
+        let record: Record = serde_json::from_slice(payload).map_err(|e| {
+            StoreError::Journal(format!(
+                "{} has an unreadable record at byte offset {offset}: {e}",
+                path.display()
+            ))
+        })?;
+        offset += 8 + payload.len() as u64;
+        match record {
+            Record::Header {
+                version,
+                cursor_key,
+                next_seq,
+                ..
+            } => {
+                if version != VERSION {
+                    return Err(StoreError::Journal(format!(
+                        "{} has format version {version}; this build reads {VERSION}",
+                        path.display()
+                    )));
+                }
+                recovered.cursor_key = Some(cursor_key);
+                recovered.next_seq = recovered.next_seq.max(next_seq);
+            }
+            Record::Put(mut task) => {
+                if task.origin.is_none() {
+                    task.origin = state.get(&task.id).and_then(|t| t.origin.clone());
+                }
+                recovered.next_seq = recovered.next_seq.max(task.seq + 1);
+                state.insert(task.id, task);
+            }
+            Record::Remove { id } => {
+                state.remove(&id);
+            }
+        }
+    }
+    if let frame::Ending::TornTail { offset } = ending {
+        log::warn!(
+            "{}: dropping a torn record at byte offset {offset} (a write cut short by a crash)",
+            path.display()
+        );
+        if repair {
+            let file = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| io_error(path, "cannot open", e))?;
+            file.set_len(offset)
+                .and_then(|_| file.sync_all())
+                .map_err(|e| io_error(path, "cannot truncate", e))?;
+        }
+        return Ok(offset);
+    }
+    Ok(bytes.len() as u64)
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl Journal {
+    /// Opens (or creates) the journal in `config.dir` and reads back what it holds.
+    pub(crate) fn open(config: &JournalConfig) -> Result<(Journal, Recovered), StoreError> {
+        let dir = &config.dir;
+        fs::create_dir_all(dir).map_err(|e| io_error(dir, "cannot create", e))?;
+        let (snapshots, logs) = generations(dir)?;
+        let generation = snapshots.last().copied().unwrap_or(0);
+        let mut recovered = Recovered::default();
+        let mut state = BTreeMap::new();
+        let mut base_bytes = 0;
+        if snapshots.last().is_some() {
+            base_bytes = replay(
+                &snapshot_path(dir, generation),
+                &mut state,
+                &mut recovered,
+                false,
+            )?;
+        }
+        let path = log_path(dir, generation);
+        let log_bytes = if logs.contains(&generation) {
+            replay(&path, &mut state, &mut recovered, true)?
+        } else {
+            0
+        };
+        // Older generations (and leftovers of an interrupted compaction) are obsolete.
+        for old in snapshots.iter().chain(&logs).filter(|g| **g != generation) {
+            let _ = fs::remove_file(snapshot_path(dir, *old));
+            let _ = fs::remove_file(log_path(dir, *old));
+        }
+        let _ = fs::remove_file(dir.join("snapshot.tmp"));
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| io_error(&path, "cannot open", e))?;
+        let mut tasks: Vec<TaskRecord> = state.into_values().collect();
+        tasks.sort_unstable_by_key(|t| t.seq);
+        recovered.tasks = tasks;
+        let journal = Journal {
+            config: config.clone(),
+            generation,
+            log: BufWriter::with_capacity(64 * 1024, file),
+            log_bytes,
+            base_bytes,
+            scratch: Vec::new(),
+        };
+        Ok((journal, recovered))
+    }
+
+    /// Whether this log is new (it needs a header before anything else).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.log_bytes == 0
+    }
+
+    /// Appends a record (buffered until [`commit`](Self::commit)).
+    pub(crate) fn append(&mut self, record: &Record) -> io::Result<()> {
+        self.scratch.clear();
+        serde_json::to_writer(&mut self.scratch, record)?;
+        self.log_bytes += frame::write_frame(&mut self.log, &self.scratch)? as u64;
+        Ok(())
+    }
+
+    /// Makes what was appended as durable as the configuration asks.
+    pub(crate) fn commit(&mut self) -> io::Result<()> {
+        match self.config.durability {
+            Durability::Fsync => {
+                self.log.flush()?;
+                self.log.get_ref().sync_data()
+            }
+            Durability::Flush => self.log.flush(),
+            Durability::None => Ok(()),
+        }
+    }
+
+    /// Whether the log has outgrown the live data enough to compact.
+    pub(crate) fn should_compact(&self, live_bytes_estimate: u64) -> bool {
+        let live = live_bytes_estimate.max(self.base_bytes).max(1);
+        self.log_bytes >= self.config.compact_min_bytes
+            && self.log_bytes / live >= u64::from(self.config.compact_ratio)
+    }
+
+    /// Bytes written to the current log.
+    pub(crate) fn log_bytes(&self) -> u64 {
+        self.log_bytes
+    }
+
+    /// Starts a new generation whose snapshot holds `tasks`, then drops the old one.
+    pub(crate) fn compact(
+        &mut self,
+        cursor_key: u64,
+        next_seq: u64,
+        tasks: &[TaskRecord],
+    ) -> io::Result<()> {
+        self.log.flush()?;
+        let dir = self.config.dir.clone();
+        let next = self.generation + 1;
+        let tmp = dir.join("snapshot.tmp");
+        let mut out = BufWriter::new(File::create(&tmp)?);
+        let header = Record::Header {
+            version: VERSION,
+            generation: next,
+            cursor_key,
+            next_seq,
+        };
+        let mut bytes = frame::write_frame(&mut out, &serde_json::to_vec(&header)?)? as u64;
+        for task in tasks {
+            let record = Record::Put(task.clone());
+            bytes += frame::write_frame(&mut out, &serde_json::to_vec(&record)?)? as u64;
+        }
+        out.flush()?;
+        out.get_ref().sync_all()?;
+        drop(out);
+        fs::rename(&tmp, snapshot_path(&dir, next))?;
+        sync_dir(&dir)?;
+        let log = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(log_path(&dir, next))?;
+        let old = self.generation;
+        self.log = BufWriter::with_capacity(64 * 1024, log);
+        self.generation = next;
+        self.log_bytes = 0;
+        self.base_bytes = bytes;
+        self.append(&Record::Header {
+            version: VERSION,
+            generation: next,
+            cursor_key,
+            next_seq,
+        })?;
+        self.commit()?;
+        sync_dir(&dir)?;
+        let _ = fs::remove_file(log_path(&dir, old));
+        let _ = fs::remove_file(snapshot_path(&dir, old));
+        Ok(())
+    }
+
+    /// Writes the header a fresh log starts with.
+    pub(crate) fn write_header(&mut self, cursor_key: u64, next_seq: u64) -> io::Result<()> {
+        self.append(&Record::Header {
+            version: VERSION,
+            generation: self.generation,
+            cursor_key,
+            next_seq,
+        })
+    }
+}

@@ -1,0 +1,352 @@
+//! The journal: state survives a restart exactly; TTLs follow the wall clock across the
+//! downtime; running tasks follow the recovery policy; torn tails are dropped and damage is
+//! reported by file and offset; compaction keeps everything; and a child process killed with
+//! SIGKILL at random moments never loses an acknowledged operation.
+
+#[path = "../../examples/journal_crash/harness.rs"]
+mod harness;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use mcp_task_store::{
+    CreateTask, ExpiryPolicy, JournalConfig, ManualClock, Outcome, RecoveryPolicy, Store,
+    StoreError, TaskStatus,
+};
+use serde_json::json;
+
+fn journal(dir: &Path, recovery: RecoveryPolicy) -> JournalConfig {
+    let mut config = JournalConfig::new(dir);
+    config.recovery = recovery;
+    config
+}
+
+fn open(dir: &Path) -> Store {
+    Store::builder()
+        .journal(journal(dir, RecoveryPolicy::Keep))
+        .build()
+        .unwrap()
+}
+
+fn log_file(dir: &Path) -> PathBuf {
+    let mut logs: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    logs.pop().unwrap()
+}
+
+#[test]
+fn every_kind_of_change_survives_a_restart_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (done, cancelled, asking, plain);
+    let before = {
+        let store = open(dir.path());
+        done = store
+            .create(
+                CreateTask::new()
+                    .session("s")
+                    .ttl(600_000)
+                    .origin(json!({"m": "tools/call"})),
+            )
+            .unwrap()
+            .task_id;
+        store
+            .store_result(
+                done,
+                Some(&"s".into()),
+                TaskStatus::Completed,
+                Outcome::result(json!({"ok": 1})),
+                Some("fine".into()),
+            )
+            .unwrap();
+        cancelled = store.create(CreateTask::new()).unwrap().task_id;
+        store.cancel(cancelled, None, Some("stop".into())).unwrap();
+        asking = store.create(CreateTask::new()).unwrap().task_id;
+        let requests: BTreeMap<String, serde_json::Value> = [
+            ("a".to_string(), json!({"method": "elicitation/create"})),
+            ("b".to_string(), json!({})),
+        ]
+        .into();
+        store.set_input_requests(asking, None, requests).unwrap();
+        store
+            .resolve_input(asking, None, [("a".to_string(), json!("answer"))].into())
+            .unwrap();
+        plain = store.create(CreateTask::new()).unwrap().task_id;
+        [
+            (done, Some("s")),
+            (cancelled, None),
+            (asking, None),
+            (plain, None),
+        ]
+        .map(|(id, s)| store.get_detail(id, s.map(Into::into).as_ref()).unwrap())
+    };
+    let store = open(dir.path());
+    for detail in &before {
+        let after = store
+            .get_detail(detail.task.task_id, detail.session.as_ref())
+            .unwrap();
+        assert_eq!(&after, detail);
+    }
+    // The answer that was not collected yet is still there, and keys stay used.
+    assert_eq!(
+        store
+            .wait_input(asking, None, "a", Some(Duration::ZERO))
+            .unwrap(),
+        json!("answer")
+    );
+    let reuse: BTreeMap<String, serde_json::Value> = [("a".to_string(), json!({}))].into();
+    assert_eq!(
+        store.set_input_requests(asking, None, reuse),
+        Err(StoreError::InputKeyReused { key: "a".into() })
+    );
+}
+
+#[test]
+fn a_task_is_readable_right_after_create_also_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = {
+        let store = open(dir.path());
+        let id = store.create(CreateTask::new()).unwrap().task_id;
+        assert!(store.get(id, None).is_ok());
+        id
+    };
+    assert!(open(dir.path()).get(id, None).is_ok());
+}
+
+#[test]
+fn listing_order_and_cursors_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let cursor = {
+        let store = Store::builder()
+            .page_size(2)
+            .journal(journal(dir.path(), RecoveryPolicy::Keep))
+            .build()
+            .unwrap();
+        for _ in 0..3 {
+            store.create(CreateTask::new()).unwrap();
+        }
+        store.list(None, None).unwrap().next_cursor.unwrap()
+    };
+    let store = Store::builder()
+        .page_size(2)
+        .journal(journal(dir.path(), RecoveryPolicy::Keep))
+        .build()
+        .unwrap();
+    let newer = store.create(CreateTask::new()).unwrap().task_id;
+    let page = store.list(None, Some(&cursor)).unwrap();
+    assert_eq!(page.tasks.len(), 2, "the third old task, then the new one");
+    assert_eq!(page.tasks[1].task_id, newer);
+}
+
+#[test]
+fn running_tasks_fail_at_start_by_default_or_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = open(dir.path()).create(CreateTask::new()).unwrap().task_id;
+    let kept = Store::builder()
+        .journal(journal(dir.path(), RecoveryPolicy::Keep))
+        .build()
+        .unwrap();
+    assert_eq!(kept.get(id, None).unwrap().status, TaskStatus::Working);
+    drop(kept);
+    let failing = Store::builder()
+        .journal(JournalConfig::new(dir.path()))
+        .build()
+        .unwrap();
+    let task = failing.get(id, None).unwrap();
+    assert_eq!(task.status, TaskStatus::Failed);
+    assert!(task.status_message.unwrap().contains("restarted"));
+    drop(failing);
+    // The failure itself was journaled.
+    assert_eq!(
+        open(dir.path()).get(id, None).unwrap().status,
+        TaskStatus::Failed
+    );
+}
+
+#[test]
+fn a_ttl_that_passed_while_the_process_was_down_expires_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new();
+    let builder = || {
+        Store::builder()
+            .clock(clock.clone())
+            .expiry(ExpiryPolicy::Remove)
+            .journal(journal(dir.path(), RecoveryPolicy::Keep))
+    };
+    let (short, long) = {
+        let store = builder().build().unwrap();
+        (
+            store.create(CreateTask::new().ttl(1_000)).unwrap().task_id,
+            store.create(CreateTask::new().ttl(60_000)).unwrap().task_id,
+        )
+    };
+    clock.advance(Duration::from_millis(5_000)); // the downtime, on the wall clock
+    let store = builder().build().unwrap();
+    assert_eq!(store.get(short, None), Err(StoreError::NotFound));
+    assert!(store.get(long, None).is_ok());
+    clock.advance(Duration::from_millis(54_999));
+    store.sync().unwrap();
+    assert!(
+        store.get(long, None).is_ok(),
+        "the rest of its TTL is honoured, not restarted"
+    );
+    clock.advance(Duration::from_millis(1));
+    store.sync().unwrap();
+    assert_eq!(store.get(long, None), Err(StoreError::NotFound));
+}
+
+#[test]
+fn a_torn_tail_is_dropped_and_the_journal_keeps_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = open(dir.path()).create(CreateTask::new()).unwrap().task_id;
+    let log = log_file(dir.path());
+    let good_len = fs::metadata(&log).unwrap().len();
+    let mut bytes = fs::read(&log).unwrap();
+    bytes.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3, 4, b'{']); // a frame cut short
+    fs::write(&log, &bytes).unwrap();
+    {
+        let store = open(dir.path());
+        assert!(store.get(id, None).is_ok());
+        assert_eq!(
+            fs::metadata(&log).unwrap().len(),
+            good_len,
+            "the torn bytes are cut off"
+        );
+        store.create(CreateTask::new()).unwrap();
+    }
+    assert_eq!(open(dir.path()).list(None, None).unwrap().tasks.len(), 2);
+}
+
+#[test]
+fn a_damaged_record_in_the_middle_is_an_error_naming_file_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = open(dir.path());
+        for _ in 0..3 {
+            store.create(CreateTask::new()).unwrap();
+        }
+    }
+    let log = log_file(dir.path());
+    let mut bytes = fs::read(&log).unwrap();
+    let first_len = u32::from_le_bytes(bytes[0..4].try_into().unwrap()) as usize;
+    let second = 8 + first_len; // the header record comes first
+    bytes[second + 10] ^= 0xff; // inside the second record's payload
+    fs::write(&log, &bytes).unwrap();
+    match Store::builder()
+        .journal(JournalConfig::new(dir.path()))
+        .build()
+    {
+        Err(StoreError::Journal(message)) => {
+            assert!(message.contains(&log.display().to_string()), "{message}");
+            assert!(message.contains(&format!("offset {second}")), "{message}");
+        }
+        other => panic!("expected a journal error, got {other:?}"),
+    }
+}
+
+#[test]
+fn compaction_snapshots_and_truncates_without_losing_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = journal(dir.path(), RecoveryPolicy::Keep);
+    config.compact_min_bytes = 16 * 1024;
+    let store = Store::builder().journal(config.clone()).build().unwrap();
+    let keep = store.create(CreateTask::new()).unwrap().task_id;
+    // Few live tasks, many changes: the log outgrows the live data.
+    let busy: Vec<_> = (0..3)
+        .map(|_| store.create(CreateTask::new()).unwrap().task_id)
+        .collect();
+    for n in 0..600 {
+        let id = busy[n % busy.len()];
+        store
+            .update_status(id, None, TaskStatus::Working, Some(format!("step {n}")))
+            .unwrap();
+    }
+    store.cancel(busy[0], None, None).unwrap();
+    let names: Vec<String> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into())
+        .collect();
+    assert!(
+        names.iter().any(|n| n.starts_with("snapshot-")),
+        "{names:?}"
+    );
+    assert_eq!(
+        names.iter().filter(|n| n.ends_with(".log")).count(),
+        1,
+        "{names:?}"
+    );
+    let count = store.list(None, None).unwrap().tasks.len();
+    drop(store);
+    let store = Store::builder().journal(config).build().unwrap();
+    assert_eq!(store.list(None, None).unwrap().tasks.len(), count);
+    assert_eq!(store.get(keep, None).unwrap().status, TaskStatus::Working);
+    assert_eq!(
+        store.get(busy[0], None).unwrap().status,
+        TaskStatus::Cancelled
+    );
+    let last = store.get(busy[599 % 3], None).unwrap();
+    assert_eq!(last.status_message.as_deref(), Some("step 599"));
+}
+
+#[test]
+fn leftovers_of_an_interrupted_compaction_are_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = open(dir.path()).create(CreateTask::new()).unwrap().task_id;
+    fs::write(dir.path().join("snapshot.tmp"), b"half a snapshot").unwrap();
+    let store = open(dir.path());
+    assert!(store.get(id, None).is_ok());
+    assert!(!dir.path().join("snapshot.tmp").exists());
+}
+
+/// Not a test by itself: the child process of the crash test (runs only when asked to).
+#[test]
+fn crash_child() {
+    if let Ok(dir) = std::env::var("MCP_JOURNAL_CHILD_DIR") {
+        let seed = std::env::var("MCP_JOURNAL_CHILD_SEED")
+            .unwrap()
+            .parse()
+            .unwrap();
+        harness::child(Path::new(&dir), seed);
+    }
+}
+
+#[test]
+fn sigkill_at_random_moments_never_loses_an_acknowledged_operation() {
+    const CYCLES: u64 = 50;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut model = harness::Model::default();
+    let mut rng = harness::Rng::new(0x5eed);
+    for cycle in 0..CYCLES {
+        let child = Command::new(&exe)
+            .args([
+                "--exact",
+                "journal::crash_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("MCP_JOURNAL_CHILD_DIR", dir.path())
+            .env("MCP_JOURNAL_CHILD_SEED", cycle.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let kill_after = 1 + rng.below(60);
+        let outcome = harness::drive(&mut model, child, kill_after)
+            .and_then(|in_flight| harness::verify(&mut model, dir.path(), in_flight));
+        if let Err(e) = outcome {
+            panic!("cycle {cycle}: {e}");
+        }
+    }
+    assert!(
+        model.acks >= CYCLES,
+        "the children did work: {} acks",
+        model.acks
+    );
+}
