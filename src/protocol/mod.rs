@@ -5,6 +5,7 @@
 mod errors;
 pub mod jsonrpc;
 pub mod meta;
+mod params;
 pub mod sep2663;
 pub mod v2025;
 

@@ -9,7 +9,8 @@ use serde_json::{json, Map, Value};
 use super::errors::rpc_error;
 use super::jsonrpc::{self, RpcError, INTERNAL_ERROR};
 use super::meta::{RequestMeta, TASKS_EXTENSION};
-use crate::model::{InputResponses, Outcome, SessionId, Task, TaskDetail, TaskId, TaskStatus};
+use super::params::{parse_task_id, task_id};
+use crate::model::{InputResponses, Outcome, SessionId, Task, TaskDetail, TaskStatus};
 use crate::{StoreError, TaskStore};
 
 /// The protocol version this module speaks.
@@ -130,20 +131,10 @@ pub fn settle(outcome: Result<Value, RpcError>) -> (TaskStatus, Outcome, Option<
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TaskIdParams {
-    task_id: String,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct UpdateParams {
     task_id: String,
     #[serde(default)]
     input_responses: InputResponses,
-}
-
-fn parse_id(text: &str) -> Result<TaskId, RpcError> {
-    TaskId::parse(text).ok_or_else(|| rpc_error(&StoreError::NotFound))
 }
 
 /// True for the `tasks/*` methods this revision knows (served or refused).
@@ -183,8 +174,7 @@ fn get(
     session: Option<&SessionId>,
     params: Option<Value>,
 ) -> Result<Value, RpcError> {
-    let TaskIdParams { task_id } = jsonrpc::params(params)?;
-    let detail = store.get_detail(parse_id(&task_id)?, session)?;
+    let detail = store.get_detail(task_id(params)?, session)?;
     Ok(detailed_task(&detail))
 }
 
@@ -197,7 +187,7 @@ fn update(
         task_id,
         input_responses,
     } = jsonrpc::params(params)?;
-    let id = parse_id(&task_id)?;
+    let id = parse_task_id(&task_id)?;
     match store.resolve_input(id, session, input_responses) {
         // Answers to a task that already ended are acknowledged and ignored.
         Ok(_) | Err(StoreError::AlreadyTerminal(_)) => Ok(json!({})),
@@ -210,9 +200,8 @@ fn cancel(
     session: Option<&SessionId>,
     params: Option<Value>,
 ) -> Result<Value, RpcError> {
-    let TaskIdParams { task_id } = jsonrpc::params(params)?;
     store.cancel(
-        parse_id(&task_id)?,
+        task_id(params)?,
         session,
         Some("Cancelled by requestor".into()),
     )?;

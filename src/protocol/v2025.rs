@@ -6,6 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::errors::rpc_error;
 use super::jsonrpc::{self, RpcError, INTERNAL_ERROR, INVALID_PARAMS};
+use super::params::task_id;
 use crate::model::{Outcome, SessionId, Task, TaskId, TaskStatus};
 use crate::{StoreError, TaskStore};
 
@@ -87,20 +88,9 @@ pub struct TaskMetadata {
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct TaskIdParams {
-    task_id: String,
-}
-
-#[derive(Deserialize)]
 struct ListParams {
     #[serde(default)]
     cursor: Option<String>,
-}
-
-fn task_id(params: Option<Value>) -> Result<TaskId, RpcError> {
-    let TaskIdParams { task_id } = jsonrpc::params(params)?;
-    TaskId::parse(&task_id).ok_or_else(|| rpc_error(&StoreError::NotFound))
 }
 
 /// True for the methods [`handle`] serves.

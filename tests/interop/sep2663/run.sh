@@ -13,23 +13,9 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
 
-command -v node >/dev/null || { echo "run.sh: node not found (need Node >= 20)" >&2; exit 2; }
-command -v npm >/dev/null || { echo "run.sh: npm not found" >&2; exit 2; }
-node_major=$(node -p 'process.versions.node.split(".")[0]')
-if [ "$node_major" -lt 20 ]; then
-    echo "run.sh: Node >= 20 required, found $(node --version)" >&2
-    exit 2
-fi
-
-# npm ci only when node_modules is missing or was installed from another lockfile.
-stamp=node_modules/.interop-lock.sha256
-want=$(sha256sum package-lock.json | cut -d' ' -f1)
-have=$(cat "$stamp" 2>/dev/null || true)
-if [ ! -d node_modules ] || [ "$want" != "$have" ]; then
-    echo "run.sh: installing dependencies (npm ci)" >&2
-    npm ci --no-audit --no-fund >&2
-    echo "$want" > "$stamp"
-fi
+# shellcheck source=../../support/npm.sh
+source "$here/../../support/npm.sh"
+npm_ci_if_stale
 
 export MCP_TASK_SERVER="${MCP_TASK_SERVER:-$here/../../../target/debug/mcp-task-server}"
 if [ ! -x "$MCP_TASK_SERVER" ]; then

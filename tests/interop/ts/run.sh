@@ -9,25 +9,12 @@
 # INTEROP_VERBOSE=1 echoes the server's stderr. Exits non-zero on any failure.
 set -euo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$here"
 
-command -v node >/dev/null || { echo "run.sh: node not found (need Node >= 20)" >&2; exit 1; }
-command -v npm >/dev/null || { echo "run.sh: npm not found" >&2; exit 1; }
-node_major=$(node -p 'process.versions.node.split(".")[0]')
-if [ "$node_major" -lt 20 ]; then
-    echo "run.sh: Node >= 20 required, found $(node --version)" >&2
-    exit 1
-fi
-
-# npm ci only when node_modules is missing or was installed from another lockfile.
-stamp=node_modules/.interop-lock.sha256
-want=$(sha256sum package-lock.json | cut -d' ' -f1)
-have=$(cat "$stamp" 2>/dev/null || true)
-if [ ! -d node_modules ] || [ "$want" != "$have" ]; then
-    echo "run.sh: installing dependencies (npm ci)" >&2
-    npm ci --no-audit --no-fund >&2
-    echo "$want" > "$stamp"
-fi
+# shellcheck source=../../support/npm.sh
+source "$here/../../support/npm.sh"
+npm_ci_if_stale
 
 if [ -n "${MCP_SERVER_CMD:-}" ]; then
     echo "run.sh: server under test: MCP_SERVER_CMD=$MCP_SERVER_CMD" >&2
