@@ -3,12 +3,12 @@
 //! requests and notifications through an outgoing channel, and routes the client's
 //! responses back to the tool waiting for them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Sender, TrySendError};
 use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -45,6 +45,9 @@ pub struct Connection {
     pending: Mutex<HashMap<RequestId, Pending>>,
     next_request_id: AtomicI64,
     blocked_results: AtomicUsize,
+    /// Live 2025-11-25 tasks this connection created: the ones it sends
+    /// `notifications/tasks/status` for (SEP-2663 has no unsolicited notifications).
+    notified: Mutex<HashSet<TaskId>>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -90,6 +93,7 @@ impl Connection {
             pending: Mutex::new(HashMap::new()),
             next_request_id: AtomicI64::new(1),
             blocked_results: AtomicUsize::new(0),
+            notified: Mutex::new(HashSet::new()),
         })
     }
 
@@ -322,6 +326,10 @@ impl Connection {
         }));
         let id = task.task_id;
         let revision = run.revision;
+        if revision == Revision::V2025 {
+            // Before the run starts, so no status change can be missed.
+            self.notified.lock().insert(id);
+        }
         let connection = self.clone();
         let submitted = self.core.pool.submit(move || {
             let context = connection.context(Binding::task(id, token), &run);
@@ -486,10 +494,24 @@ impl Connection {
             return;
         }
         if let Some(task) = task {
-            let _ = self.outgoing.send(v2025::status_notification(task));
-            if !task.status.is_terminal() {
+            let ended = task.status.is_terminal();
+            let ours = {
+                let mut notified = self.notified.lock();
+                if ended {
+                    notified.remove(&task_id)
+                } else {
+                    notified.contains(&task_id)
+                }
+            };
+            if ours {
+                // Notifications are optional: never block on a client that does not read.
+                let _ = self.outgoing.try_send(v2025::status_notification(task));
+            }
+            if !ended {
                 return;
             }
+        } else {
+            self.notified.lock().remove(&task_id);
         }
         // Dropping the reply sender wakes the tool blocked on it with an error.
         self.pending
@@ -594,13 +616,13 @@ impl ClientPeer for Connection {
         self.pending
             .lock()
             .insert(id.clone(), Pending { task, reply });
-        if self
-            .outgoing
-            .send(jsonrpc::request(&id, method, params))
-            .is_err()
-        {
+        if let Err(error) = self.outgoing.try_send(jsonrpc::request(&id, method, params)) {
             self.pending.lock().remove(&id);
-            return Err(RpcError::internal("the connection is closed"));
+            let why = match error {
+                TrySendError::Full(_) => "the client is not reading its messages",
+                TrySendError::Disconnected(_) => "the connection is closed",
+            };
+            return Err(RpcError::internal(why));
         }
         // A task that ended while we were registering would never drop our sender: check.
         if let Some(task) = task {

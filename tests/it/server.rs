@@ -798,3 +798,62 @@ fn cancel_is_acknowledged_and_idempotent() {
     );
     assert_eq!(unknown["error"]["code"], -32602);
 }
+
+#[test]
+fn roots_list_is_an_input_request_too() {
+    let roots = Tool::new(
+        "roots",
+        "Reports the client's roots",
+        json!({"type": "object"}),
+        TaskSupport::Required,
+        |_, ctx| {
+            Ok(text_result(
+                ctx.list_roots()?["roots"][0]["uri"].to_string(),
+            ))
+        },
+    );
+    let server = Server::builder().tool(roots).build().unwrap();
+    let (tx, _outgoing) = crossbeam_channel::unbounded();
+    let connection = server.connect(tx, None);
+    let mut h = Harness {
+        server,
+        connection,
+        outgoing: _outgoing,
+        responses: crossbeam_channel::unbounded(),
+        next_id: 0,
+        _store: None,
+    };
+    let created = h.call_2026("roots", json!({}), true);
+    let id = created["result"]["taskId"].as_str().unwrap().to_string();
+    let waiting = h.poll_2026(&id, &["input_required"]);
+    let (key, request) = waiting["inputRequests"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap();
+    assert_eq!(request["method"], "roots/list");
+    let answer = json!({"roots": [{"uri": "file:///work", "name": "work"}]});
+    h.task_2026(
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {key.clone(): answer}}),
+    );
+    let done = h.poll_2026(&id, &["completed"]);
+    assert_eq!(done["result"]["content"][0]["text"], "\"file:///work\"");
+}
+
+#[test]
+fn status_notifications_are_sent_only_for_2025_tasks() {
+    let mut h = Harness::new();
+    let _pump = h.pump_events();
+    let sep = h.call_2026("sleep_required", json!({"ms": 0}), true);
+    let sep_id = sep["result"]["taskId"].as_str().unwrap().to_string();
+    h.poll_2026(&sep_id, &["completed"]);
+    let legacy = h.start("sleep", json!({"ms": 0}));
+    let notification = h.next_outgoing("notifications/tasks/status");
+    assert_eq!(
+        notification["params"]["taskId"],
+        legacy.as_str(),
+        "the first one is for the 2025 task"
+    );
+}
