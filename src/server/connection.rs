@@ -616,7 +616,10 @@ impl ClientPeer for Connection {
         self.pending
             .lock()
             .insert(id.clone(), Pending { task, reply });
-        if let Err(error) = self.outgoing.try_send(jsonrpc::request(&id, method, params)) {
+        if let Err(error) = self
+            .outgoing
+            .try_send(jsonrpc::request(&id, method, params))
+        {
             self.pending.lock().remove(&id);
             let why = match error {
                 TrySendError::Full(_) => "the client is not reading its messages",
