@@ -226,6 +226,10 @@ impl LockedStore {
     pub fn len(&self) -> usize {
         self.inner.lock().tasks.len()
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 // ----- a uniform face for the cycle workloads ----------------------------------------------
@@ -272,7 +276,10 @@ impl Ours {
 impl Subject for Ours {
     fn cycle(&self, result: &Value) {
         let h = self.handle();
-        let id = h.create(CreateTask::new().ttl(SHORT_TTL)).expect("create").task_id;
+        let id = h
+            .create(CreateTask::new().ttl(SHORT_TTL))
+            .expect("create")
+            .task_id;
         std::hint::black_box(h.get(id, None).expect("get"));
         let outcome = Outcome::result(result.clone());
         let done = h.store_result(id, None, TaskStatus::Completed, outcome, None);
@@ -391,11 +398,21 @@ fn run_cycles() {
     for n in [1_000, 10_000, 100_000, 1_000_000] {
         let ours = Ours::new(n);
         let label = size_label(n);
-        report("ours", &format!("cycle_{label}"), cycles_per_sec(&ours, 1), "cycles/s");
+        report(
+            "ours",
+            &format!("cycle_{label}"),
+            cycles_per_sec(&ours, 1),
+            "cycles/s",
+        );
         if n == 100_000 {
             for threads in [2, 8] {
                 let rate = cycles_per_sec(&ours, threads);
-                report("ours", &format!("cycle_{label}_t{threads}"), rate, "cycles/s");
+                report(
+                    "ours",
+                    &format!("cycle_{label}_t{threads}"),
+                    rate,
+                    "cycles/s",
+                );
             }
             // get latency at 100k, 1 caller
             let ids: Vec<TaskId> = {
@@ -441,11 +458,21 @@ fn run_cycles() {
         drop(ours);
 
         let locked = Locked::new(n);
-        report("mutex", &format!("cycle_{label}"), cycles_per_sec(&locked, 1), "cycles/s");
+        report(
+            "mutex",
+            &format!("cycle_{label}"),
+            cycles_per_sec(&locked, 1),
+            "cycles/s",
+        );
         if n == 100_000 {
             for threads in [2, 8] {
                 let rate = cycles_per_sec(&locked, threads);
-                report("mutex", &format!("cycle_{label}_t{threads}"), rate, "cycles/s");
+                report(
+                    "mutex",
+                    &format!("cycle_{label}_t{threads}"),
+                    rate,
+                    "cycles/s",
+                );
             }
             let ids: Vec<u128> = locked.store.inner.lock().tasks.keys().copied().collect();
             let s = &locked.store;
@@ -541,8 +568,8 @@ fn rss_bytes() -> u64 {
 // ----- expiry and idle ----------------------------------------------------------------------
 
 const EXPIRE_N: usize = 1_000_000;
-/// All the expiry tasks share one deadline this far after the first is created.
-const EXPIRE_AT: Duration = Duration::from_secs(20);
+/// Creations timed to estimate how long creating [`EXPIRE_N`] takes.
+const CALIBRATE: usize = 20_000;
 /// Idle window measured before the deadline.
 const IDLE: Duration = Duration::from_secs(10);
 
@@ -569,28 +596,38 @@ fn run_expiry_ours() {
         .expect("valid config");
     let h = store.handle();
     let keeper = h.create(CreateTask::new()).expect("create").task_id;
+    // Calibrate: time CALIBRATE creations (tasks without a TTL, which stay, like `keeper`),
+    // then give all EXPIRE_N tasks one deadline after the estimated creation time plus the
+    // idle window.
     let t0 = Instant::now();
-    let deadline = t0 + EXPIRE_AT;
+    for _ in 0..CALIBRATE {
+        h.create(CreateTask::new()).expect("create");
+    }
+    let estimate = t0.elapsed().mul_f64(EXPIRE_N as f64 / CALIBRATE as f64);
+    let t0 = Instant::now();
+    let deadline = t0 + estimate.mul_f64(1.5) + IDLE + Duration::from_secs(2);
     for _ in 0..EXPIRE_N {
         let left = deadline.saturating_duration_since(Instant::now());
-        h.create(CreateTask::new().ttl(left.as_millis() as u64))
+        h.create(CreateTask::new().ttl(left.as_millis().max(1) as u64))
             .expect("create");
     }
+    let live = CALIBRATE + 1;
     let created = t0.elapsed();
-    assert!(created + IDLE < EXPIRE_AT, "creation took {created:?}");
-    assert_eq!(h.stats().expect("stats").tasks, EXPIRE_N + 1);
+    let idle_fits = Instant::now() + IDLE + Duration::from_millis(500) < deadline;
+    if !idle_fits {
+        println!("NOTE ours idle window skipped: creating took {created:?}, past the estimate");
+    }
     // Idle: nobody calls the store for IDLE; the process's CPU time is read around it.
-    let idle_ticks = process_cpu_ticks();
-    let idle_owner = thread_cpu_ns("mcp-task-store").expect("owner thread");
-    let idle_t0 = Instant::now();
-    thread::sleep(IDLE);
-    let idle_wall = idle_t0.elapsed();
-    let idle_ticks = process_cpu_ticks() - idle_ticks;
-    let idle_owner = thread_cpu_ns("mcp-task-store").expect("owner thread") - idle_owner;
-    let tick_ms = 1000.0 / clock_ticks_per_sec();
-    report("ours", "idle_cpu_1m_10s", idle_ticks as f64 * tick_ms, "ms");
-    report("ours", "idle_owner_cpu_1m_10s", idle_owner as f64 / 1e6, "ms");
-    let _ = idle_wall;
+    if idle_fits {
+        let ticks = process_cpu_ticks();
+        let owner = thread_cpu_ns("mcp-task-store").expect("owner thread");
+        thread::sleep(IDLE);
+        let ticks = process_cpu_ticks() - ticks;
+        let owner = thread_cpu_ns("mcp-task-store").expect("owner thread") - owner;
+        let tick_ms = 1000.0 / clock_ticks_per_sec();
+        report("ours", "idle_cpu_1m_10s", ticks as f64 * tick_ms, "ms");
+        report("ours", "idle_owner_cpu_1m_10s", owner as f64 / 1e6, "ms");
+    }
     // Expiry: the owner thread's CPU from just before the deadline until the store is empty,
     // with a paced prober measuring what other callers wait meanwhile.
     thread::sleep(deadline.saturating_duration_since(Instant::now() + Duration::from_millis(200)));
@@ -603,7 +640,7 @@ fn run_expiry_ours() {
             })
         });
         let before = thread_cpu_ns("mcp-task-store").expect("owner thread");
-        while h.stats().expect("stats").tasks > 1 {
+        while h.stats().expect("stats").tasks > live {
             thread::sleep(Duration::from_millis(5));
         }
         let after = thread_cpu_ns("mcp-task-store").expect("owner thread");
@@ -648,7 +685,7 @@ fn run_expiry_locked() {
 }
 
 fn clock_ticks_per_sec() -> f64 {
-    // SAFETY-free: sysconf is not exposed without libc; Linux uses 100 Hz USER_HZ.
+    // USER_HZ, the unit of /proc/self/stat times, is 100 on Linux (no libc here to ask).
     100.0
 }
 
@@ -657,7 +694,11 @@ fn clock_ticks_per_sec() -> f64 {
 /// RSS growth per task for `n` live tasks (fresh process), optionally each with a 1 KB
 /// result.
 fn run_mem(implementation: &str, payload: usize, n: usize) {
-    let result = if payload > 0 { Some(result_1kb()) } else { None };
+    let result = if payload > 0 {
+        Some(result_1kb())
+    } else {
+        None
+    };
     let workload = if payload > 0 {
         "mem_per_task_1kb_result"
     } else {
@@ -687,7 +728,9 @@ fn run_mem(implementation: &str, payload: usize, n: usize) {
             for _ in 0..n {
                 let task = store.create(None);
                 if let Some(r) = &result {
-                    store.store_result(task.id, r.clone()).expect("store_result");
+                    store
+                        .store_result(task.id, r.clone())
+                        .expect("store_result");
                 }
             }
             let grown = rss_bytes().saturating_sub(base);
