@@ -1,6 +1,6 @@
 //! Task store benchmarks (criterion).
 //!
-//! Groups (throughput is reported per operation; for `cycle_100k` per whole cycle):
+//! Groups (throughput is reported per operation; for `cycle` per whole cycle):
 //!
 //! * `machine/{create,get,complete}/{1000,100000}`: the bare [`StoreMachine`] on the calling
 //!   thread, no channels, with 1,000 or 100,000 live tasks (random v4 ids). `create` makes a
@@ -10,8 +10,16 @@
 //! * `handle/{create,get,complete}/{1000,100000}x{1,8}`: the same operations through a
 //!   [`StoreHandle`], i.e. a round trip to the owner thread, from 1 or 8 caller threads at
 //!   once (N operations spread over the threads; the time is wall time for all of them).
-//! * `cycle_100k/{1,8}`: a task's whole life through the handle, `create -> get ->
-//!   store_result -> get_result`, with 100,000 other live tasks, from 1 or 8 threads.
+//! * `cycle/{1000,100000,1000000}x1`, `cycle/100000x{2,8}`: a task's whole life through the
+//!   handle, `create -> get -> store_result -> get_result`, with that many other live tasks.
+//! * `expiry/1000000`: the bare machine reclaiming 1,000,000 due tasks in batches of 1,024
+//!   (what the owner thread pays; creating them is untimed).
+//! * `list_walk/100000_p100`: a full `list` walk of 100,000 tasks, page size 100, through
+//!   the handle (one iteration = the whole walk).
+//!
+//! The `handle` group runs with 1, 2 and 8 callers. Memory per live task is not a
+//! criterion figure (it needs a fresh process): `cargo run --release --example compare --
+//! mem ours 0 1000000` (see bench/README.md).
 //!
 //! Operations run in timed chunks of at most [`CHUNK`]; the tasks a chunk creates have a
 //! 1 ms TTL and are reclaimed between chunks (untimed, by advancing the manual clock), so
@@ -38,8 +46,8 @@ use serde_json::json;
 
 /// Live task counts the `machine` and `handle` groups run at.
 const SIZES: [usize; 2] = [1_000, 100_000];
-/// Caller threads the `handle` and `cycle_100k` groups run with.
-const THREADS: [usize; 2] = [1, 8];
+/// Caller threads the `handle` group (and `cycle` at 100,000) run with.
+const THREADS: [usize; 3] = [1, 2, 8];
 /// Most operations per timed chunk.
 const CHUNK: u64 = 1_000;
 /// TTL (ms) of the tasks the benchmarks create, so they can be reclaimed between chunks.
@@ -311,32 +319,94 @@ fn bench_handle(c: &mut Criterion) {
     group.finish();
 }
 
+/// Live task counts the `cycle` group runs at (1 caller); 100,000 also runs with 2 and 8.
+const CYCLE_SIZES: [usize; 3] = [1_000, 100_000, 1_000_000];
+
 fn bench_cycle(c: &mut Criterion) {
-    let mut group = c.benchmark_group("cycle_100k");
+    let mut group = c.benchmark_group("cycle");
     group.throughput(Throughput::Elements(1));
+    let done = outcome();
+    for n in CYCLE_SIZES {
+        let store = Threaded::new(n);
+        let handle = store.handle();
+        let threads: &[usize] = if n == 100_000 { &THREADS } else { &[1] };
+        for &threads in threads {
+            let id = BenchmarkId::from_parameter(format!("{n}x{threads}"));
+            group.bench_function(id, |b| {
+                b.iter_custom(|iters| {
+                    timed_chunks(
+                        iters,
+                        threads,
+                        |_| (),
+                        |_, _| {
+                            let id = handle.create(short_task()).expect("create").task_id;
+                            black_box(handle.get(id, None).expect("get"));
+                            let status = TaskStatus::Completed;
+                            let result = handle.store_result(id, None, status, done.clone(), None);
+                            black_box(result.expect("store_result"));
+                            black_box(handle.get_result(id, None).expect("get_result"));
+                        },
+                        || store.reclaim(),
+                    )
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+/// Tasks the `expiry` group expires per iteration.
+const EXPIRE_N: usize = 1_000_000;
+
+/// The owner thread's share of expiry: the bare machine reclaiming 1,000,000 due tasks in
+/// bounded batches of 1,024 (as the actor does). Creating them is untimed.
+fn bench_expiry(c: &mut Criterion) {
+    let mut group = c.benchmark_group("expiry");
+    group.throughput(Throughput::Elements(EXPIRE_N as u64));
+    group.sample_size(10);
+    group.bench_function("1000000", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let mut m: StoreMachine<u32> =
+                    StoreMachine::new(config(), 0x5eed).expect("valid config");
+                for _ in 0..EXPIRE_N {
+                    m.create(Now::at(0), TaskId::random(), CreateTask::new().ttl(10))
+                        .expect("create");
+                }
+                let due = Now::at(11);
+                let start = Instant::now();
+                while m.handle_timeout(due, 1024) {}
+                total += start.elapsed();
+                assert!(m.is_empty());
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
+/// A full `list` walk of 100,000 tasks at page size 100, through the handle.
+fn bench_list(c: &mut Criterion) {
+    let mut group = c.benchmark_group("list_walk");
+    group.sample_size(10);
     let store = Threaded::new(100_000);
     let handle = store.handle();
-    let done = outcome();
-    for threads in THREADS {
-        group.bench_function(BenchmarkId::from_parameter(threads), |b| {
-            b.iter_custom(|iters| {
-                timed_chunks(
-                    iters,
-                    threads,
-                    |_| (),
-                    |_, _| {
-                        let id = handle.create(short_task()).expect("create").task_id;
-                        black_box(handle.get(id, None).expect("get"));
-                        let status = TaskStatus::Completed;
-                        let result = handle.store_result(id, None, status, done.clone(), None);
-                        black_box(result.expect("store_result"));
-                        black_box(handle.get_result(id, None).expect("get_result"));
-                    },
-                    || store.reclaim(),
-                )
-            })
-        });
-    }
+    group.bench_function("100000_p100", |b| {
+        b.iter(|| {
+            let mut cursor: Option<String> = None;
+            let mut seen = 0;
+            loop {
+                let page = handle.list(None, cursor.as_deref()).expect("list");
+                seen += page.tasks.len();
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+            assert_eq!(seen, 100_000);
+        })
+    });
     group.finish();
 }
 
@@ -350,6 +420,6 @@ fn criterion() -> Criterion {
 criterion_group! {
     name = benches;
     config = criterion();
-    targets = bench_machine, bench_handle, bench_cycle
+    targets = bench_machine, bench_handle, bench_cycle, bench_expiry, bench_list
 }
 criterion_main!(benches);
