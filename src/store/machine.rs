@@ -27,12 +27,15 @@ use super::clock::{Millis, Now};
 use super::config::{duration_ms, ExpiryPolicy, StoreConfig};
 use super::record::{Change, OutcomeRecord, RecoveryPolicy, TaskRecord};
 use super::token::CancelToken;
-use super::wheel::Wheel;
+use super::wheel::{Polled, Wheel};
 use crate::model::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, LimitScope, Outcome, SessionId,
     StoreEvent, Task, TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus, Timestamp,
 };
 use crate::StoreError;
+
+/// How many expiries re-filing one chunk of a cascade counts as, in a timeout budget.
+const REFILE_COST: usize = 16;
 
 /// Most input request keys one task may use over its life; bounds a hostile worker.
 const MAX_INPUT_KEYS_PER_TASK: usize = 10_000;
@@ -342,16 +345,22 @@ impl<W> StoreMachine<W> {
             let Some(index) = self.sessions.get(&key) else {
                 return Ok(TaskPage::default());
             };
-            let window: Vec<(u64, TaskId)> = index
-                .range(after.saturating_add(1)..)
-                .take(page_size + 1)
-                .map(|(&seq, &id)| (seq, id))
-                .collect();
-            let due: Vec<TaskId> = window
-                .iter()
-                .filter(|(_, id)| self.tasks.get(id).is_some_and(|e| e.is_due(now)))
-                .map(|&(_, id)| id)
-                .collect();
+            let mut tasks = Vec::with_capacity(page_size.min(index.len()));
+            let mut due = Vec::new();
+            let mut last_seq = None;
+            let mut more = false;
+            for (&seq, &id) in index.range(after.saturating_add(1)..) {
+                let entry = &self.tasks[&id];
+                if entry.is_due(now) {
+                    due.push(id);
+                } else if tasks.len() == page_size {
+                    more = true;
+                    break;
+                } else {
+                    tasks.push(self.snapshot(id, entry));
+                    last_seq = Some(seq);
+                }
+            }
             if !due.is_empty() {
                 // Settled tasks are either gone or no longer due, so this loop ends.
                 for id in due {
@@ -359,14 +368,8 @@ impl<W> StoreMachine<W> {
                 }
                 continue;
             }
-            let more = window.len() > page_size;
-            let on_page = &window[..window.len().min(page_size)];
-            let tasks = on_page
-                .iter()
-                .map(|&(_, id)| self.snapshot(id, &self.tasks[&id]))
-                .collect();
-            let next_cursor = match (more, on_page.last()) {
-                (true, Some(&(seq, _))) => Some(self.encode_cursor(seq, session)),
+            let next_cursor = match (more, last_seq) {
+                (true, Some(seq)) => Some(self.encode_cursor(seq, session)),
                 _ => None,
             };
             return Ok(TaskPage { tasks, next_cursor });
@@ -640,12 +643,22 @@ impl<W> StoreMachine<W> {
     /// Reclaims expired tasks and times out waits, at most `budget` timers per call so a
     /// mass expiry never stalls other work. Returns true if more are already due.
     pub fn handle_timeout(&mut self, now: Now, budget: usize) -> bool {
-        for _ in 0..budget {
-            match self.wheel.poll(now.mono.0) {
-                Some((_, Timer::Expire(id))) => self.settle(id, now),
-                Some((_, Timer::WaitDeadline(id, waiter))) => self.time_out_waiter(id, waiter),
-                None => return false,
-            }
+        let mut spent = 0usize;
+        while spent < budget {
+            spent += match self.wheel.poll_bounded(now.mono.0) {
+                Polled::Item(_, Timer::Expire(id)) => {
+                    self.settle(id, now);
+                    1
+                }
+                Polled::Item(_, Timer::WaitDeadline(id, waiter)) => {
+                    self.time_out_waiter(id, waiter);
+                    1
+                }
+                // Re-filing a chunk of a big cascade costs about as much as this many
+                // expiries.
+                Polled::Busy => REFILE_COST,
+                Polled::Idle => return false,
+            };
         }
         self.poll_timeout().is_some_and(|at| at <= now.mono)
     }

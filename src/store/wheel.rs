@@ -148,7 +148,25 @@ pub(crate) struct Wheel<T> {
     due: Vec<(u64, T)>,
     /// Ready items inserted with a deadline before `elapsed`.
     late: BinaryHeap<Late<T>>,
+    /// Items of a cascaded slot not re-filed yet: a big slot is re-filed a chunk per
+    /// poll, so one cascade never stalls the owner thread. All have `at >= elapsed`.
+    refiling: Vec<(u64, T)>,
 }
+
+/// What one bounded step of [`Wheel::poll_bounded`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Polled<T> {
+    /// An item whose deadline has come.
+    Item(u64, T),
+    /// The wheel did a bounded amount of re-filing and has more to do before it can tell:
+    /// call again.
+    Busy,
+    /// Nothing is due at `now`.
+    Idle,
+}
+
+/// Items re-filed per bounded step.
+pub(crate) const REFILE_CHUNK: usize = 1024;
 
 impl<T> std::fmt::Debug for Wheel<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -170,6 +188,7 @@ impl<T> Wheel<T> {
             overflow_min: u64::MAX,
             due: Vec::new(),
             late: BinaryHeap::new(),
+            refiling: Vec::new(),
         }
     }
 
@@ -192,18 +211,41 @@ impl<T> Wheel<T> {
     ///
     /// Advances the wheel's time to `now`, cascading slots as it goes; a
     /// `now` earlier than the wheel's time counts as the wheel's time, so
-    /// time never runs backwards.
+    /// time never runs backwards. Unbounded: see [`poll_bounded`](Wheel::poll_bounded).
+    #[cfg(test)]
     pub(crate) fn poll(&mut self, now: u64) -> Option<(u64, T)> {
+        loop {
+            match self.poll_bounded(now) {
+                Polled::Item(at, item) => return Some((at, item)),
+                Polled::Busy => continue,
+                Polled::Idle => return None,
+            }
+        }
+    }
+
+    /// Like `poll`, but never does more than [`REFILE_CHUNK`] items of re-filing in one
+    /// call: a cascade of a huge slot comes back as `Busy` until it is done, so the owner
+    /// can serve commands in between.
+    pub(crate) fn poll_bounded(&mut self, now: u64) -> Polled<T> {
         let now = now.max(self.elapsed);
         loop {
             // Late items precede due ones: their deadlines are below `elapsed`.
             if let Some(Late(at, item)) = self.late.pop() {
                 self.len -= 1;
-                return Some((at, item));
+                return Polled::Item(at, item);
             }
-            if let Some(entry) = self.due.pop() {
+            // Due items may leave while a cascade is still being re-filed: everything left
+            // to re-file is due at `elapsed` or later.
+            if let Some((at, item)) = self.due.pop() {
                 self.len -= 1;
-                return Some(entry);
+                return Polled::Item(at, item);
+            }
+            if !self.refiling.is_empty() {
+                self.refile(REFILE_CHUNK);
+                if self.due.is_empty() && !self.refiling.is_empty() {
+                    return Polled::Busy;
+                }
+                continue;
             }
             match self.next_cascade() {
                 Some(cascade) if cascade.deadline <= now => self.cascade(cascade),
@@ -211,7 +253,7 @@ impl<T> Wheel<T> {
                     // Nothing starts before `now`, so moving there keeps
                     // every item on the level `level_for` would choose.
                     self.elapsed = now;
-                    return None;
+                    return Polled::Idle;
                 }
             }
         }
@@ -226,7 +268,7 @@ impl<T> Wheel<T> {
         if let Some(Late(at, _)) = self.late.peek() {
             return Some(*at);
         }
-        if !self.due.is_empty() {
+        if !self.due.is_empty() || !self.refiling.is_empty() {
             return Some(self.elapsed);
         }
         self.next_cascade().map(|cascade| cascade.deadline)
@@ -289,11 +331,12 @@ impl<T> Wheel<T> {
         })
     }
 
-    /// Moves the wheel's time to the cascade's deadline and re-files its
-    /// items: those due exactly then become ready, the rest go lower down.
+    /// Moves the wheel's time to the cascade's deadline and queues its items
+    /// for re-filing: those due exactly then become ready, the rest go lower
+    /// down, a chunk at a time.
     fn cascade(&mut self, cascade: Cascade) {
         debug_assert!(cascade.deadline > self.elapsed);
-        debug_assert!(self.due.is_empty() && self.late.is_empty());
+        debug_assert!(self.due.is_empty() && self.late.is_empty() && self.refiling.is_empty());
         self.elapsed = cascade.deadline;
         let items = if cascade.level == LEVELS {
             self.overflow_min = u64::MAX;
@@ -310,7 +353,14 @@ impl<T> Wheel<T> {
             }
             mem::take(&mut lvl.slots[cascade.slot])
         };
-        for (at, item) in items {
+        self.refiling = items;
+    }
+
+    /// Re-files up to `limit` items of the current cascade.
+    fn refile(&mut self, limit: usize) {
+        let keep = self.refiling.len().saturating_sub(limit);
+        let batch: Vec<(u64, T)> = self.refiling.drain(keep..).collect();
+        for (at, item) in batch {
             if at == self.elapsed {
                 self.due.push((at, item));
             } else {

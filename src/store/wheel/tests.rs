@@ -427,3 +427,30 @@ proptest! {
         prop_assert!(spurious <= pending * (LEVELS + 1), "{} spurious", spurious);
     }
 }
+
+#[test]
+fn a_huge_cascade_is_refiled_in_bounded_steps_and_stays_in_order() {
+    let mut wheel = Wheel::new();
+    let n = 10 * REFILE_CHUNK as u64;
+    // All in one level-2 slot (4096 ms wide, aligned at 8192), spread over its span but
+    // none due at the slot's very start, so every chunk but the last reports `Busy`.
+    for i in 0..n {
+        wheel.insert(8_193 + (i * 7) % 4_095, i);
+    }
+    let mut busy = 0;
+    let mut out = Vec::new();
+    loop {
+        match wheel.poll_bounded(20_000) {
+            Polled::Item(at, _) => out.push(at),
+            Polled::Busy => busy += 1,
+            Polled::Idle => break,
+        }
+    }
+    assert_eq!(out.len() as u64, n);
+    assert!(
+        out.windows(2).all(|w| w[0] <= w[1]),
+        "nondecreasing deadlines"
+    );
+    assert!(busy >= 9, "the cascade took {busy} bounded steps");
+    assert!(wheel.next_expiration().is_none());
+}
