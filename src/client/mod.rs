@@ -685,9 +685,13 @@ impl Client {
         }
     }
 
-    fn interval(&self, task: &TaskInfo) -> Duration {
-        task.poll_interval_ms
-            .map(Duration::from_millis)
+    /// The interval to poll at next: the server's latest suggestion (a poll that names
+    /// none keeps the one before), else the client's default.
+    fn interval(&self, task: &TaskInfo, current: &mut Option<Duration>) -> Duration {
+        if let Some(ms) = task.poll_interval_ms {
+            *current = Some(Duration::from_millis(ms));
+        }
+        current
             .unwrap_or(self.inner.config.poll_interval)
             .max(MIN_POLL_INTERVAL)
     }
@@ -725,8 +729,9 @@ impl Client {
         let result = self.start("tasks/result", json!({ "taskId": id }))?;
         let mut seen = self.inner.shared.task_inputs(&id).seen;
         let mut stale = 0;
+        let mut interval = None;
         loop {
-            let mut wake = Instant::now() + self.interval(&task);
+            let mut wake = Instant::now() + self.interval(&task, &mut interval);
             if let Some(deadline) = follow.deadline_at() {
                 wake = wake.min(deadline);
             }
@@ -816,8 +821,9 @@ impl Client {
         let id = task.task_id.clone();
         let mut answered: HashSet<String> = HashSet::new();
         let mut stale = 0;
+        let mut interval = None;
         loop {
-            let mut wake = Instant::now() + self.interval(&task);
+            let mut wake = Instant::now() + self.interval(&task, &mut interval);
             if let Some(deadline) = follow.deadline_at() {
                 if Instant::now() >= deadline {
                     return Err(self.abandon(&id, follow.deadline_error(Some(&id))));
