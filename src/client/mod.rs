@@ -736,7 +736,7 @@ impl Client {
                 wake = wake.min(deadline);
             }
             match result.pending.recv_deadline(wake) {
-                Ok(outcome) => return self.finish_2025(task, outcome),
+                Ok(outcome) => return self.finish_2025(task, outcome, follow),
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Err(self.gone()),
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             }
@@ -761,7 +761,7 @@ impl Client {
                     Err(Some(error)) => Err(error),
                     Err(None) => return Err(self.abandon(&id, follow.deadline_error(Some(&id)))),
                 };
-                return self.finish_2025(task, outcome);
+                return self.finish_2025(task, outcome, follow);
             }
             let inputs = self.inner.shared.task_inputs(&id);
             if task.status == TaskStatus::InputRequired
@@ -784,15 +784,20 @@ impl Client {
         &self,
         task: TaskInfo,
         outcome: Result<Value, ClientError>,
+        follow: &mut Follow<'_, '_>,
     ) -> Result<Value, ClientError> {
         let id = task.task_id.clone();
         let task = if task.status.is_terminal() {
             task
         } else {
-            match self.get_task(&id) {
+            // tasks/result answered before a poll saw the end: one last poll for the status.
+            let task = match self.get_task(&id) {
                 Ok(polled) => polled.task,
                 Err(error) => return Err(vanished(&id, error)),
-            }
+            };
+            follow.polls += 1;
+            follow.report(&task);
+            task
         };
         match (task.status, outcome) {
             (TaskStatus::Cancelled, _) => Err(ClientError::TaskCancelled {
