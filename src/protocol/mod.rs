@@ -1,6 +1,6 @@
 //! The protocol layer: JSON-RPC framing and the adapters that turn MCP task requests into
 //! store calls and store records into wire messages. Everything here works on a
-//! [`TaskStore`](crate::TaskStore) trait object, so any backend can serve MCP.
+//! [`TaskStore`] trait object, so any backend can serve MCP.
 
 mod errors;
 pub mod jsonrpc;

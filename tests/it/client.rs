@@ -80,8 +80,10 @@ impl std::ops::Deref for Session {
 #[cfg(feature = "http")]
 fn http_server() -> mcp_task_store::server::HttpServer {
     use mcp_task_store::server::{demo, HttpOptions, HttpServer, Server};
-    let mut config = mcp_task_store::StoreConfig::default();
-    config.poll_interval = Duration::from_millis(100);
+    let config = mcp_task_store::StoreConfig {
+        poll_interval: Duration::from_millis(100),
+        ..Default::default()
+    };
     let mut builder = Server::builder().store_config(config);
     for tool in demo::tools() {
         builder = builder.tool(tool);
