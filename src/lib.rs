@@ -28,6 +28,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod client;
 mod error;
 #[cfg(feature = "ffi")]
 pub mod ffi;

@@ -75,6 +75,35 @@ pub fn fail_tool() -> Tool {
     )
 }
 
+/// `count{to, ms}`: task optional; counts to `to`, one step every `ms` milliseconds,
+/// setting the status message to `step i of n` as it goes (progress for pollers).
+pub fn count_tool() -> Tool {
+    Tool::new(
+        "count",
+        "Counts to `to`, one step every `ms` ms, reporting `step i of n` as its status \
+         message. May run as a task.",
+        json!({
+            "type": "object",
+            "properties": {
+                "to": { "type": "integer", "minimum": 0 },
+                "ms": { "type": "integer", "minimum": 0, "description": "milliseconds per step" },
+            },
+            "required": ["to", "ms"],
+        }),
+        TaskSupport::Optional,
+        |args, ctx| {
+            let to = integer(&args, "to")?;
+            let ms = integer(&args, "ms")?;
+            for step in 1..=to {
+                // Only a task has a status message; a failure here is not the tool's.
+                let _ = ctx.set_status_message(format!("step {step} of {to}"));
+                ctx.sleep(Duration::from_millis(ms))?;
+            }
+            Ok(text_result(format!("counted to {to}")))
+        },
+    )
+}
+
 /// `echo{text}`: never a task.
 pub fn echo_tool() -> Tool {
     Tool::new(
@@ -313,6 +342,7 @@ pub fn tools() -> Vec<Tool> {
         sleep_tool(),
         sleep_required_tool(),
         fail_tool(),
+        count_tool(),
         echo_tool(),
         ask_tool(),
         greet_tool(),

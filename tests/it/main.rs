@@ -1,5 +1,6 @@
 //! One integration-test binary (each file under tests/ would otherwise re-link the crate).
 
+mod client;
 mod handle;
 #[cfg(feature = "http")]
 mod http;

@@ -1,0 +1,197 @@
+//! The one error type of the blocking client.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::TaskInfo;
+use crate::protocol::RpcError;
+
+/// Everything a [`Client`](super::Client) call can fail with.
+///
+/// Transport problems ([`Io`](Self::Io), [`Closed`](Self::Closed), [`Http`](Self::Http),
+/// [`Protocol`](Self::Protocol)) say the conversation itself broke; [`Rpc`](Self::Rpc) is
+/// the server's own answer; the task variants say how a followed task ended without a
+/// usable result.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// Reading from or writing to the server failed (spawning it, a refused TCP
+    /// connection, a broken pipe that was not yet seen as a close).
+    Io(std::io::Error),
+    /// The server closed the connection or died: its output ended, so every request still
+    /// waiting for an answer fails with this, and so does every later request.
+    Closed {
+        /// What was observed (for example "the server closed its output").
+        reason: String,
+    },
+    /// An HTTP status that carried no JSON-RPC answer (a 404 for a wrong path, a 5xx...).
+    Http {
+        /// The HTTP status code.
+        status: u16,
+        /// The response body, as text (possibly empty).
+        body: String,
+    },
+    /// The server sent something the client cannot make sense of (malformed JSON-RPC, a
+    /// result without the fields its method requires).
+    Protocol(String),
+    /// The server answered the request with a JSON-RPC error.
+    Rpc(RpcError),
+    /// The followed task ended `failed`. On 2025-11-25 a tool result with `isError: true`
+    /// ends its task failed, and the result is in `result`; a JSON-RPC error (either
+    /// revision) is in `error`.
+    TaskFailed {
+        /// The task as last seen.
+        task: Box<TaskInfo>,
+        /// The tool result the task stored, if it stored one (2025-11-25 `isError`).
+        result: Option<Value>,
+        /// The JSON-RPC error the task stored, if it stored one.
+        error: Option<RpcError>,
+    },
+    /// The followed task ended `cancelled` (by this client or anyone else).
+    TaskCancelled {
+        /// The task as last seen.
+        task: Box<TaskInfo>,
+    },
+    /// The followed task vanished: the server no longer knows its id (its TTL ran out and
+    /// it was removed).
+    TaskExpired {
+        /// The id of the task that vanished.
+        task_id: String,
+    },
+    /// The task stayed `input_required` for this many consecutive polls without bringing a
+    /// new input request: the client sent a best-effort `tasks/cancel` and gave up.
+    Stuck {
+        /// The task that was stuck.
+        task_id: String,
+        /// The consecutive polls that brought nothing new.
+        polls: u32,
+    },
+    /// The call's overall deadline passed; a task it had started was sent a best-effort
+    /// `tasks/cancel`.
+    Deadline {
+        /// The task that was being followed, if one had been created.
+        task_id: Option<String>,
+        /// The deadline that passed, counted from the start of the call.
+        after: Duration,
+    },
+    /// A server input request could not be answered: no handler is registered for its
+    /// method, or the handler failed (SEP-2663, where an answer cannot be an error). The
+    /// task was sent a best-effort `tasks/cancel`.
+    Input {
+        /// The input request's key.
+        key: String,
+        /// Why it could not be answered.
+        error: RpcError,
+    },
+    /// The operation does not exist in the negotiated revision (for example `tasks/list`
+    /// on SEP-2663, `tasks/update` on 2025-11-25), or the client is configured wrongly (an
+    /// `https://` URL).
+    Unsupported(String),
+}
+
+impl ClientError {
+    /// True for the transport failures: [`Io`](Self::Io), [`Closed`](Self::Closed),
+    /// [`Http`](Self::Http) and [`Protocol`](Self::Protocol).
+    pub fn is_transport(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Io(_)
+                | ClientError::Closed { .. }
+                | ClientError::Http { .. }
+                | ClientError::Protocol(_)
+        )
+    }
+
+    /// The JSON-RPC error behind this error, if there is one (the server's answer, or the
+    /// error a failed task stored).
+    pub fn rpc_error(&self) -> Option<&RpcError> {
+        match self {
+            ClientError::Rpc(error) | ClientError::Input { error, .. } => Some(error),
+            ClientError::TaskFailed { error, .. } => error.as_ref(),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn closed(reason: impl Into<String>) -> ClientError {
+        ClientError::Closed {
+            reason: reason.into(),
+        }
+    }
+
+    /// Maps an I/O error; a broken pipe or a reset means the server went away.
+    pub(crate) fn io(error: std::io::Error) -> ClientError {
+        use std::io::ErrorKind::*;
+        match error.kind() {
+            BrokenPipe | ConnectionReset | ConnectionAborted | UnexpectedEof => {
+                ClientError::closed(format!("the connection to the server broke: {error}"))
+            }
+            _ => ClientError::Io(error),
+        }
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::Io(error) => write!(f, "I/O error talking to the server: {error}"),
+            ClientError::Closed { reason } => {
+                write!(f, "the server connection is closed: {reason}")
+            }
+            ClientError::Http { status, body } => {
+                write!(f, "HTTP {status} without a JSON-RPC answer")?;
+                if !body.is_empty() {
+                    write!(f, ": {body}")?;
+                }
+                Ok(())
+            }
+            ClientError::Protocol(what) => write!(f, "protocol error: {what}"),
+            ClientError::Rpc(error) => write!(f, "the server answered with an error: {error}"),
+            ClientError::TaskFailed { task, error, .. } => {
+                write!(f, "task {} failed", task.task_id)?;
+                match (error, &task.status_message) {
+                    (Some(error), _) => write!(f, ": {error}"),
+                    (None, Some(message)) => write!(f, ": {message}"),
+                    (None, None) => Ok(()),
+                }
+            }
+            ClientError::TaskCancelled { task } => write!(f, "task {} was cancelled", task.task_id),
+            ClientError::TaskExpired { task_id } => {
+                write!(f, "task {task_id} expired: the server no longer knows it")
+            }
+            ClientError::Stuck { task_id, polls } => write!(
+                f,
+                "task {task_id} is stuck: input_required for {polls} polls without a new input \
+                 request; it was cancelled"
+            ),
+            ClientError::Deadline { task_id, after } => {
+                write!(f, "the call's deadline of {after:?} passed")?;
+                match task_id {
+                    Some(id) => write!(f, "; task {id} was cancelled"),
+                    None => Ok(()),
+                }
+            }
+            ClientError::Input { key, error } => {
+                write!(f, "input request '{key}' could not be answered: {error}")
+            }
+            ClientError::Unsupported(what) => write!(f, "unsupported: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ClientError::Io(error) => Some(error),
+            ClientError::Rpc(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl From<RpcError> for ClientError {
+    fn from(error: RpcError) -> Self {
+        ClientError::Rpc(error)
+    }
+}

@@ -1,0 +1,531 @@
+//! A small plain-HTTP/1.1 client for Streamable HTTP (`http://` only, no TLS): one
+//! connection per request (`Connection: close`), bodies with `Content-Length`, chunked
+//! encoding or read to the end, and `text/event-stream` bodies read event by event, which
+//! serves both SSE answers to a POST and the 2025-11-25 `GET` event stream.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use super::transport::{Shared, Transport};
+use super::ClientError;
+use crate::protocol::jsonrpc::{self, Message, RequestId, RpcError};
+use crate::protocol::{sep2663, v2025, Revision};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the MCP endpoint is.
+#[derive(Clone, Debug)]
+struct Endpoint {
+    /// `host:port`, for connecting and for the `Host` header.
+    authority: String,
+    /// The request target (`/mcp`).
+    path: String,
+}
+
+impl Endpoint {
+    fn parse(url: &str) -> Result<Endpoint, ClientError> {
+        let Some(rest) = url.strip_prefix("http://") else {
+            return Err(ClientError::Unsupported(format!(
+                "'{url}': only http:// URLs are supported (no TLS)"
+            )));
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(slash) => (&rest[..slash], &rest[slash..]),
+            None => (rest, "/"),
+        };
+        if authority.is_empty() {
+            return Err(ClientError::Unsupported(format!("'{url}' names no host")));
+        }
+        let authority = if authority
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| !p.contains(']'))
+        {
+            authority.to_owned()
+        } else {
+            format!("{authority}:80")
+        };
+        Ok(Endpoint {
+            authority,
+            path: path.to_owned(),
+        })
+    }
+
+    fn connect(&self) -> io::Result<TcpStream> {
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "the host has no address");
+        for addr in self.authority.to_socket_addrs()? {
+            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+                Ok(stream) => return Ok(stream),
+                Err(error) => last = error,
+            }
+        }
+        Err(last)
+    }
+}
+
+/// A response whose head was read; the body is read from `body`.
+struct HttpResponse {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Box<dyn BufRead + Send>,
+}
+
+impl HttpResponse {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn is_event_stream(&self) -> bool {
+        self.header("Content-Type")
+            .is_some_and(|t| t.to_ascii_lowercase().starts_with("text/event-stream"))
+    }
+
+    fn text(mut self) -> io::Result<String> {
+        let mut body = Vec::new();
+        self.body.read_to_end(&mut body)?;
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+}
+
+/// Sends one request and reads the response head.
+fn exchange(
+    endpoint: &Endpoint,
+    method: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+    keep: Option<&Mutex<Option<TcpStream>>>,
+) -> io::Result<HttpResponse> {
+    let mut stream = endpoint.connect()?;
+    if let Some(keep) = keep {
+        *keep.lock() = Some(stream.try_clone()?);
+    }
+    let mut head = format!(
+        "{method} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+        endpoint.path, endpoint.authority
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if method == "POST" {
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body)?;
+    stream.flush()?;
+    read_head(BufReader::new(stream))
+}
+
+fn read_head(mut reader: BufReader<TcpStream>) -> io::Result<HttpResponse> {
+    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the server closed the connection before answering",
+        ));
+    }
+    let status = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse::<u16>().ok())
+        .ok_or_else(|| bad("malformed HTTP status line"))?;
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 {
+            return Err(bad("the connection ended inside the HTTP head"));
+        }
+        let text = line.trim_end();
+        if text.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = text.split_once(':') {
+            headers.push((name.trim().to_owned(), value.trim().to_owned()));
+        }
+    }
+    let find = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _): &&(String, String)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let chunked =
+        find("Transfer-Encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    let length = find("Content-Length").and_then(|v| v.parse::<u64>().ok());
+    let body: Box<dyn BufRead + Send> = if chunked {
+        Box::new(BufReader::new(Chunked::new(reader)))
+    } else if let Some(length) = length {
+        Box::new(reader.take(length))
+    } else {
+        Box::new(reader)
+    };
+    Ok(HttpResponse {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// Decodes a chunked body.
+struct Chunked<R> {
+    inner: R,
+    left: u64,
+    done: bool,
+}
+
+impl<R: BufRead> Chunked<R> {
+    fn new(inner: R) -> Chunked<R> {
+        Chunked {
+            inner,
+            left: 0,
+            done: false,
+        }
+    }
+}
+
+impl<R: BufRead> Read for Chunked<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.done || buf.is_empty() {
+            return Ok(0);
+        }
+        if self.left == 0 {
+            let mut line = String::new();
+            if self.inner.read_line(&mut line)? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the connection ended inside a chunked body",
+                ));
+            }
+            let size = line.trim().split(';').next().unwrap_or("");
+            self.left = u64::from_str_radix(size.trim(), 16)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "malformed chunk size"))?;
+            if self.left == 0 {
+                // Trailers, up to the empty line.
+                loop {
+                    line.clear();
+                    if self.inner.read_line(&mut line)? == 0 || line.trim().is_empty() {
+                        break;
+                    }
+                }
+                self.done = true;
+                return Ok(0);
+            }
+        }
+        let want = buf.len().min(self.left as usize);
+        let read = self.inner.read(&mut buf[..want])?;
+        if read == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the connection ended inside a chunk",
+            ));
+        }
+        self.left -= read as u64;
+        if self.left == 0 {
+            let mut crlf = String::new();
+            self.inner.read_line(&mut crlf)?;
+        }
+        Ok(read)
+    }
+}
+
+/// Reads server-sent events, calling `on_data` with each event's data; stops when the
+/// stream ends or `on_data` returns false.
+fn read_events(body: &mut dyn BufRead, mut on_data: impl FnMut(&str) -> bool) -> io::Result<()> {
+    let mut data = String::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if body.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let text = line.trim_end_matches(['\r', '\n']);
+        if text.is_empty() {
+            if !data.is_empty() {
+                let keep_going = on_data(&data);
+                data.clear();
+                if !keep_going {
+                    return Ok(());
+                }
+            }
+            continue;
+        }
+        if let Some(value) = text.strip_prefix("data:") {
+            if !data.is_empty() {
+                data.push('\n');
+            }
+            data.push_str(value.strip_prefix(' ').unwrap_or(value));
+        }
+        // `event:`, `id:`, `retry:` and `:` comments need nothing from us.
+    }
+}
+
+struct Inner {
+    endpoint: Endpoint,
+    revision: Revision,
+    shared: Arc<Shared>,
+    session: Mutex<Option<String>>,
+    initialized: AtomicBool,
+    stream: Mutex<Option<TcpStream>>,
+    stopping: AtomicBool,
+}
+
+/// Streamable HTTP: every message is a POST; 2026-07-28 requests carry the routing headers;
+/// 2025-11-25 keeps the session from `initialize` and reads the `GET` event stream.
+pub(crate) struct HttpTransport {
+    inner: Arc<Inner>,
+}
+
+impl HttpTransport {
+    pub(crate) fn new(
+        url: &str,
+        revision: Revision,
+        shared: Arc<Shared>,
+    ) -> Result<HttpTransport, ClientError> {
+        Ok(HttpTransport {
+            inner: Arc::new(Inner {
+                endpoint: Endpoint::parse(url)?,
+                revision,
+                shared,
+                session: Mutex::new(None),
+                initialized: AtomicBool::new(false),
+                stream: Mutex::new(None),
+                stopping: AtomicBool::new(false),
+            }),
+        })
+    }
+}
+
+impl Inner {
+    fn headers(&self, message: &Value) -> Vec<(&'static str, String)> {
+        let mut headers = vec![
+            ("Content-Type", "application/json".to_owned()),
+            ("Accept", "application/json, text/event-stream".to_owned()),
+        ];
+        match self.revision {
+            Revision::Sep2663 => {
+                headers.push(("MCP-Protocol-Version", sep2663::PROTOCOL_VERSION.to_owned()));
+                if let Some(method) = message.get("method").and_then(Value::as_str) {
+                    headers.push(("Mcp-Method", method.to_owned()));
+                    let name = match method {
+                        "tools/call" => message.pointer("/params/name"),
+                        "tasks/get" | "tasks/update" | "tasks/cancel" => {
+                            message.pointer("/params/taskId")
+                        }
+                        _ => None,
+                    };
+                    if let Some(name) = name.and_then(Value::as_str) {
+                        headers.push(("Mcp-Name", name.to_owned()));
+                    }
+                }
+            }
+            Revision::V2025 => {
+                if self.initialized.load(Ordering::Acquire) {
+                    headers.push(("MCP-Protocol-Version", v2025::PROTOCOL_VERSION.to_owned()));
+                }
+                if let Some(session) = self.session.lock().clone() {
+                    headers.push(("Mcp-Session-Id", session));
+                }
+            }
+        }
+        headers
+    }
+
+    fn post(&self, message: &Value) -> Result<HttpResponse, ClientError> {
+        let body = serde_json::to_vec(message)
+            .map_err(|e| ClientError::Protocol(format!("cannot serialise a message: {e}")))?;
+        let response = exchange(&self.endpoint, "POST", &self.headers(message), &body, None)
+            .map_err(ClientError::io)?;
+        if let Some(session) = response.header("Mcp-Session-Id") {
+            let mut current = self.session.lock();
+            if current.is_none() {
+                *current = Some(session.to_owned());
+            }
+        }
+        Ok(response)
+    }
+
+    /// POSTs request `id` and delivers its answer (or why there is none).
+    fn request(&self, id: &RequestId, message: &Value) {
+        let outcome = self
+            .post(message)
+            .and_then(|response| self.answer(id, response));
+        if let Err(error) = outcome {
+            self.shared.complete(id, Err(error));
+        }
+    }
+
+    /// Reads the answer to request `id` from `response`, routing everything else it
+    /// carries (an SSE answer may bring server requests first).
+    fn answer(&self, id: &RequestId, response: HttpResponse) -> Result<(), ClientError> {
+        let status = response.status;
+        if response.is_event_stream() {
+            let mut body = response.body;
+            let mut answered = false;
+            read_events(&mut body, |data| {
+                let message = jsonrpc::parse_message(data);
+                if let Ok(Message::Response(r)) = &message {
+                    answered |= &r.id == id;
+                }
+                match message {
+                    Ok(message) => self.shared.incoming(message),
+                    Err(rejected) => log::warn!("mcp client: bad event: {}", rejected.error),
+                }
+                !answered
+            })
+            .map_err(ClientError::io)?;
+            if !answered {
+                return Err(ClientError::closed(
+                    "the server ended its event stream without answering",
+                ));
+            }
+            return Ok(());
+        }
+        let text = response.text().map_err(ClientError::io)?;
+        let value: Option<Value> = serde_json::from_str(&text).ok();
+        match value {
+            // An error the transport answered before any request id was read.
+            Some(v) if v.get("error").is_some() && v.get("id").is_none_or(Value::is_null) => {
+                let error = RpcError::from_value(&v["error"]);
+                self.shared.complete(id, Err(ClientError::Rpc(error)));
+                Ok(())
+            }
+            Some(v) => match jsonrpc::classify(v) {
+                Ok(message) => {
+                    self.shared.incoming(message);
+                    Ok(())
+                }
+                Err(_) => Err(ClientError::Protocol(format!(
+                    "HTTP {status}: not a JSON-RPC answer: {text}"
+                ))),
+            },
+            None => Err(ClientError::Http { status, body: text }),
+        }
+    }
+
+    /// Reads the session's `GET` event stream until it ends.
+    fn event_stream(self: &Arc<Self>) {
+        let mut headers = vec![
+            ("Accept", "text/event-stream".to_owned()),
+            ("MCP-Protocol-Version", v2025::PROTOCOL_VERSION.to_owned()),
+        ];
+        if let Some(session) = self.session.lock().clone() {
+            headers.push(("Mcp-Session-Id", session));
+        }
+        let response = match exchange(&self.endpoint, "GET", &headers, &[], Some(&self.stream)) {
+            Ok(response) => response,
+            Err(error) => {
+                log::warn!("mcp client: cannot open the event stream: {error}");
+                return;
+            }
+        };
+        if response.status != 200 || !response.is_event_stream() {
+            log::info!(
+                "mcp client: the server offers no event stream (HTTP {})",
+                response.status
+            );
+            return;
+        }
+        let mut body = response.body;
+        let _ = read_events(&mut body, |data| {
+            self.shared.incoming_text(data);
+            true
+        });
+        if !self.stopping.load(Ordering::Acquire) {
+            log::warn!("mcp client: the server ended the event stream");
+        }
+    }
+}
+
+impl Transport for HttpTransport {
+    fn send_request(&self, id: &RequestId, message: Value) -> Result<(), ClientError> {
+        let inner = self.inner.clone();
+        let id = id.clone();
+        std::thread::Builder::new()
+            .name("mcp-client-http".into())
+            .spawn(move || inner.request(&id, &message))
+            .map(|_| ())
+            .map_err(ClientError::Io)
+    }
+
+    fn send(&self, message: Value) -> Result<(), ClientError> {
+        let response = self.inner.post(&message)?;
+        let status = response.status;
+        let text = response.text().map_err(ClientError::io)?;
+        if (200..300).contains(&status) {
+            Ok(())
+        } else {
+            Err(ClientError::Http { status, body: text })
+        }
+    }
+
+    fn ready(&self) {
+        if self.inner.revision != Revision::V2025 {
+            return;
+        }
+        self.inner.initialized.store(true, Ordering::Release);
+        let inner = self.inner.clone();
+        let spawned = std::thread::Builder::new()
+            .name("mcp-client-events".into())
+            .spawn(move || inner.event_stream());
+        if let Err(error) = spawned {
+            log::warn!("mcp client: cannot start the event stream reader: {error}");
+        }
+    }
+
+    fn shutdown(&self) {
+        self.inner.stopping.store(true, Ordering::Release);
+        let session = self.inner.session.lock().clone();
+        if let Some(session) = session {
+            let headers = [
+                ("Mcp-Session-Id", session),
+                ("MCP-Protocol-Version", v2025::PROTOCOL_VERSION.to_owned()),
+            ];
+            let _ = exchange(&self.inner.endpoint, "DELETE", &headers, &[], None)
+                .and_then(HttpResponse::text);
+        }
+        if let Some(stream) = self.inner.stream.lock().take() {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunked_bodies_and_events_are_decoded() {
+        let raw = b"7\r\ndata: {\r\n9\r\n\"a\":1}\n\n\r\n0\r\n\r\n";
+        let mut body = BufReader::new(Chunked::new(&raw[..]));
+        let mut events = Vec::new();
+        read_events(&mut body, |d| {
+            events.push(d.to_owned());
+            true
+        })
+        .unwrap();
+        assert_eq!(events, vec!["{\"a\":1}".to_string()]);
+    }
+
+    #[test]
+    fn urls_are_http_only() {
+        let e = Endpoint::parse("http://127.0.0.1:3000/mcp").unwrap();
+        assert_eq!(
+            (e.authority.as_str(), e.path.as_str()),
+            ("127.0.0.1:3000", "/mcp")
+        );
+        assert_eq!(
+            Endpoint::parse("http://example").unwrap().authority,
+            "example:80"
+        );
+        assert!(Endpoint::parse("https://example/mcp").is_err());
+    }
+}

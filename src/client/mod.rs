@@ -1,0 +1,991 @@
+//! A blocking MCP client that calls tools and follows their tasks to the end.
+//!
+//! It connects over stdio (spawning the server) or Streamable HTTP (with the `http`
+//! feature), speaks either revision of MCP tasks, and handles tasks by itself:
+//! [`Client::call_tool`] polls `tasks/get` at the server's suggested interval (following
+//! changes to it), answers the server's input requests through registered elicitation and
+//! sampling handlers (each request once), and returns the tool's final result, or a typed
+//! [`ClientError`] for a task that failed, was cancelled, expired, got stuck in
+//! `input_required`, or outlived the call's deadline.
+//!
+//! - **2025-11-25**: `initialize` + `notifications/initialized`; a task is asked for
+//!   (`params.task`) when the tool's `execution.taskSupport` is `optional` or `required`.
+//!   While it polls, the client holds a `tasks/result` open: the server's
+//!   `elicitation/create` / `sampling/createMessage` requests (tagged with the related
+//!   task) are answered as they arrive, on stdio or on the HTTP `GET` event stream.
+//! - **SEP-2663** (protocol 2026-07-28): `server/discover`; every request declares the
+//!   tasks extension in its `_meta`, and the server decides whether a call becomes a task.
+//!   A call answered `input_required` (multi-round-trip) is answered through the handlers
+//!   and repeated with `inputResponses`; a task's `inputRequests` are answered with
+//!   `tasks/update`.
+//!
+//! ```no_run
+//! use mcp_task_store::client::Client;
+//! use serde_json::json;
+//!
+//! let client = Client::builder()
+//!     .on_elicitation(|request| Ok(json!({"action": "accept", "content": {"answer": "42"}})))
+//!     .connect_stdio(std::process::Command::new("mcp-task-server"))?;
+//! let result = client.call_tool("ask", json!({"question": "What is the answer?"}))?;
+//! println!("{result}");
+//! # Ok::<(), mcp_task_store::client::ClientError>(())
+//! ```
+
+mod error;
+#[cfg(feature = "http")]
+mod http;
+mod transport;
+mod types;
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::{json, Map, Value};
+
+pub use error::ClientError;
+pub use types::{
+    CallOutcome, InputRequest, InputRequests, InputResponses, PolledTask, Progress, TaskInfo,
+    TaskList, ToolCall,
+};
+
+use crate::model::TaskStatus;
+use crate::protocol::jsonrpc::{self, RpcError, INVALID_PARAMS};
+use crate::protocol::meta::{CLIENT_CAPABILITIES_KEY, PROTOCOL_VERSION_KEY, TASKS_EXTENSION};
+pub use crate::protocol::Revision;
+use crate::protocol::{sep2663, v2025};
+pub use crate::server::TaskSupport;
+use transport::{Handler, Handlers, LineTransport, Pending, Shared, Transport};
+
+/// Consecutive `input_required` polls without a new input request before a task counts as
+/// stuck (the C# SDK's threshold).
+pub const DEFAULT_STUCK_POLLS: u32 = 60;
+/// The polling interval used when the server suggests none.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a best-effort `tasks/cancel` may take before the client gives up on its answer.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+/// The shortest polling interval the client accepts from a server.
+const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+#[derive(Clone, Debug)]
+struct Config {
+    revision: Revision,
+    stuck_polls: u32,
+    deadline: Option<Duration>,
+    poll_interval: Duration,
+    client_name: String,
+    client_version: String,
+}
+
+/// Configures and connects a [`Client`].
+pub struct ClientBuilder {
+    config: Config,
+    handlers: Handlers,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("config", &self.config)
+            .field("elicitation", &self.handlers.elicitation.is_some())
+            .field("sampling", &self.handlers.sampling.is_some())
+            .finish()
+    }
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            config: Config {
+                revision: Revision::V2025,
+                stuck_polls: DEFAULT_STUCK_POLLS,
+                deadline: None,
+                poll_interval: DEFAULT_POLL_INTERVAL,
+                client_name: env!("CARGO_PKG_NAME").to_owned(),
+                client_version: env!("CARGO_PKG_VERSION").to_owned(),
+            },
+            handlers: Handlers::default(),
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// The revision to speak: [`Revision::V2025`] (the default; `initialize`) or
+    /// [`Revision::Sep2663`] (`server/discover`, the tasks extension on protocol 2026-07-28).
+    pub fn revision(mut self, revision: Revision) -> Self {
+        self.config.revision = revision;
+        self
+    }
+
+    /// Consecutive `input_required` polls without a new input request after which a task
+    /// counts as stuck, is cancelled and the call fails with [`ClientError::Stuck`]
+    /// (default [`DEFAULT_STUCK_POLLS`]; at least 1).
+    pub fn stuck_polls(mut self, polls: u32) -> Self {
+        self.config.stuck_polls = polls.max(1);
+        self
+    }
+
+    /// An overall deadline for every [`Client::call_tool`] (none by default): past it, the
+    /// call's task is cancelled and the call fails with [`ClientError::Deadline`].
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.config.deadline = Some(deadline);
+        self
+    }
+
+    /// The polling interval used when the server suggests none (default 1 s).
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.config.poll_interval = interval.max(MIN_POLL_INTERVAL);
+        self
+    }
+
+    /// The `clientInfo` name and version sent at `initialize`.
+    pub fn info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        self.config.client_name = name.into();
+        self.config.client_version = version.into();
+        self
+    }
+
+    /// Answers the server's `elicitation/create` requests. The handler gets the request
+    /// (its params are the elicitation) and returns the `ElicitResult`
+    /// (`{"action": "accept", "content": {...}}`). Registering it declares the
+    /// `elicitation` capability.
+    pub fn on_elicitation(
+        mut self,
+        handler: impl Fn(&InputRequest) -> Result<Value, RpcError> + Send + Sync + 'static,
+    ) -> Self {
+        self.handlers.elicitation = Some(Arc::new(handler) as Handler);
+        self
+    }
+
+    /// Answers the server's `sampling/createMessage` requests with a `CreateMessageResult`.
+    /// Registering it declares the `sampling` capability.
+    pub fn on_sampling(
+        mut self,
+        handler: impl Fn(&InputRequest) -> Result<Value, RpcError> + Send + Sync + 'static,
+    ) -> Self {
+        self.handlers.sampling = Some(Arc::new(handler) as Handler);
+        self
+    }
+
+    /// Spawns `command` as a stdio server (its stdin and stdout are taken; stderr is
+    /// inherited unless the command says otherwise) and performs the handshake. The server
+    /// is told to exit (its stdin is closed) when the client is dropped.
+    pub fn connect_stdio(self, mut command: Command) -> Result<Client, ClientError> {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(ClientError::Io)?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            return Err(ClientError::closed(
+                "the spawned server has no stdin/stdout",
+            ));
+        };
+        let (shared, jobs) = Shared::new();
+        let transport = LineTransport::start(
+            shared.clone(),
+            Box::new(stdout),
+            Box::new(stdin),
+            Some(child),
+        )
+        .map_err(ClientError::Io)?;
+        self.finish(shared, jobs, Arc::new(transport))
+    }
+
+    /// Speaks newline-delimited JSON-RPC over any reader and writer (a socket, a pipe to a
+    /// server started elsewhere) and performs the handshake.
+    pub fn connect_streams(
+        self,
+        reader: impl Read + Send + 'static,
+        writer: impl Write + Send + 'static,
+    ) -> Result<Client, ClientError> {
+        let (shared, jobs) = Shared::new();
+        let transport =
+            LineTransport::start(shared.clone(), Box::new(reader), Box::new(writer), None)
+                .map_err(ClientError::Io)?;
+        self.finish(shared, jobs, Arc::new(transport))
+    }
+
+    /// Connects to a Streamable HTTP endpoint (`http://host:port/mcp`; no TLS) and performs
+    /// the handshake. On 2025-11-25 the session's `GET` event stream is opened for the
+    /// server's requests, and the session is deleted when the client is dropped.
+    #[cfg(feature = "http")]
+    pub fn connect_http(self, url: &str) -> Result<Client, ClientError> {
+        let (shared, jobs) = Shared::new();
+        let transport = http::HttpTransport::new(url, self.config.revision, shared.clone())?;
+        self.finish(shared, jobs, Arc::new(transport))
+    }
+
+    fn finish(
+        self,
+        shared: Arc<Shared>,
+        jobs: crossbeam_channel::Receiver<transport::Work>,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Client, ClientError> {
+        transport::start_dispatcher(
+            jobs,
+            shared.clone(),
+            transport.clone(),
+            self.handlers.clone(),
+        )
+        .map_err(ClientError::Io)?;
+        let client = Client {
+            inner: Arc::new(Inner {
+                shared,
+                transport,
+                config: self.config,
+                handlers: self.handlers,
+                server: Mutex::new(Value::Null),
+                tools: Mutex::new(None),
+            }),
+        };
+        client.handshake()?;
+        Ok(client)
+    }
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    transport: Arc<dyn Transport>,
+    config: Config,
+    handlers: Handlers,
+    server: Mutex<Value>,
+    tools: Mutex<Option<BTreeMap<String, TaskSupport>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shared.stop_dispatcher();
+        self.transport.shutdown();
+    }
+}
+
+/// A progress callback.
+type ProgressFn<'a> = Box<dyn FnMut(&Progress) + 'a>;
+
+/// Per-call options of [`Client::call_tool_with`] and [`Client::follow_task`].
+#[derive(Default)]
+pub struct CallOptions<'a> {
+    deadline: Option<Duration>,
+    task_ttl: Option<u64>,
+    progress: Option<ProgressFn<'a>>,
+}
+
+impl std::fmt::Debug for CallOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallOptions")
+            .field("deadline", &self.deadline)
+            .field("task_ttl", &self.task_ttl)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
+
+impl<'a> CallOptions<'a> {
+    /// The defaults: the client's deadline, the server's TTL, no progress reports.
+    pub fn new() -> Self {
+        CallOptions::default()
+    }
+
+    /// An overall deadline for this call (overrides the client's).
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// The TTL to request for the task, in ms (2025-11-25 only; SEP-2663 servers choose).
+    pub fn task_ttl(mut self, ttl_ms: u64) -> Self {
+        self.task_ttl = Some(ttl_ms);
+        self
+    }
+
+    /// Called after the task is created and after every poll.
+    pub fn on_progress(mut self, progress: impl FnMut(&Progress) + 'a) -> Self {
+        self.progress = Some(Box::new(progress));
+        self
+    }
+}
+
+/// Where a followed call stands: its start, deadline and progress callback.
+struct Follow<'o, 'a> {
+    started: Instant,
+    deadline: Option<Duration>,
+    progress: &'o mut Option<ProgressFn<'a>>,
+    polls: u32,
+}
+
+impl Follow<'_, '_> {
+    fn deadline_at(&self) -> Option<Instant> {
+        self.deadline.map(|d| self.started + d)
+    }
+
+    fn report(&mut self, task: &TaskInfo) {
+        if let Some(progress) = self.progress.as_mut() {
+            progress(&Progress {
+                task: task.clone(),
+                polls: self.polls,
+                elapsed: self.started.elapsed(),
+            });
+        }
+    }
+
+    fn deadline_error(&self, task_id: Option<&str>) -> ClientError {
+        ClientError::Deadline {
+            task_id: task_id.map(str::to_owned),
+            after: self.deadline.unwrap_or_default(),
+        }
+    }
+}
+
+/// A blocking MCP client. Cheap to clone; clones share the connection, which closes (and a
+/// spawned server is told to exit) when the last clone is dropped. Methods may be called
+/// from several threads at once.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("revision", &self.inner.config.revision)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A request on its way: its id and where its answer will arrive.
+struct InFlight {
+    id: jsonrpc::RequestId,
+    pending: Pending,
+}
+
+impl Client {
+    /// A builder with the defaults (2025-11-25, no handlers, stuck after 60 polls).
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// The negotiated revision.
+    pub fn revision(&self) -> Revision {
+        self.inner.config.revision
+    }
+
+    /// The server's handshake answer: the `initialize` result (2025-11-25) or the
+    /// `server/discover` result (SEP-2663).
+    pub fn server_info(&self) -> Value {
+        self.inner.server.lock().clone()
+    }
+
+    /// The spawned server's process id ([`ClientBuilder::connect_stdio`] only).
+    pub fn server_process_id(&self) -> Option<u32> {
+        self.inner.transport.process_id()
+    }
+
+    fn capabilities(&self) -> Value {
+        let mut capabilities = Map::new();
+        if self.inner.handlers.elicitation.is_some() {
+            capabilities.insert("elicitation".into(), json!({ "form": {} }));
+        }
+        if self.inner.handlers.sampling.is_some() {
+            capabilities.insert("sampling".into(), json!({}));
+        }
+        Value::Object(capabilities)
+    }
+
+    fn handshake(&self) -> Result<(), ClientError> {
+        let answer = match self.revision() {
+            Revision::V2025 => {
+                let answer = self.request(
+                    "initialize",
+                    json!({
+                        "protocolVersion": v2025::PROTOCOL_VERSION,
+                        "capabilities": self.capabilities(),
+                        "clientInfo": {
+                            "name": self.inner.config.client_name,
+                            "version": self.inner.config.client_version,
+                        },
+                    }),
+                )?;
+                self.inner.transport.send(jsonrpc::notification(
+                    "notifications/initialized",
+                    json!({}),
+                ))?;
+                answer
+            }
+            Revision::Sep2663 => {
+                let answer = self.request("server/discover", json!({}))?;
+                let versions = answer.get("supportedVersions").and_then(Value::as_array);
+                let speaks = versions.is_some_and(|v| {
+                    v.iter()
+                        .any(|v| v.as_str() == Some(sep2663::PROTOCOL_VERSION))
+                });
+                if !speaks {
+                    return Err(ClientError::Unsupported(format!(
+                        "the server does not support protocol {} (server/discover: {answer})",
+                        sep2663::PROTOCOL_VERSION
+                    )));
+                }
+                answer
+            }
+        };
+        *self.inner.server.lock() = answer;
+        self.inner.transport.ready();
+        Ok(())
+    }
+
+    /// Adds the SEP-2663 per-request declarations to `params._meta`.
+    fn with_meta(&self, mut params: Value) -> Value {
+        if self.revision() != Revision::Sep2663 {
+            return params;
+        }
+        let mut capabilities = self.capabilities();
+        capabilities["extensions"] = json!({ TASKS_EXTENSION: {} });
+        if let Value::Object(object) = &mut params {
+            let meta = object.entry("_meta").or_insert_with(|| json!({}));
+            if let Value::Object(meta) = meta {
+                meta.insert(
+                    PROTOCOL_VERSION_KEY.into(),
+                    json!(sep2663::PROTOCOL_VERSION),
+                );
+                meta.insert(CLIENT_CAPABILITIES_KEY.into(), capabilities);
+            }
+        }
+        params
+    }
+
+    fn start(&self, method: &str, params: Value) -> Result<InFlight, ClientError> {
+        let (id, pending) = self.inner.shared.register()?;
+        let message = jsonrpc::request(&id, method, self.with_meta(params));
+        if let Err(error) = self.inner.transport.send_request(&id, message) {
+            self.inner.shared.forget(&id);
+            return Err(error);
+        }
+        Ok(InFlight { id, pending })
+    }
+
+    /// Waits for an answer; `Err(None)` when `deadline` passed first.
+    fn wait(
+        &self,
+        call: InFlight,
+        deadline: Option<Instant>,
+    ) -> Result<Value, Option<ClientError>> {
+        let outcome = match deadline {
+            Some(at) => match call.pending.recv_deadline(at) {
+                Ok(outcome) => outcome,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    self.inner.shared.forget(&call.id);
+                    return Err(None);
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(self.gone()),
+            },
+            None => call.pending.recv().unwrap_or_else(|_| Err(self.gone())),
+        };
+        outcome.map_err(Some)
+    }
+
+    fn gone(&self) -> ClientError {
+        ClientError::closed(
+            self.inner
+                .shared
+                .closed_reason()
+                .unwrap_or_else(|| "the connection is closed".into()),
+        )
+    }
+
+    /// Sends any request and waits for its result (on SEP-2663 the request's `_meta` gets
+    /// the protocol version and the tasks extension). The escape hatch for methods this
+    /// client has no wrapper for.
+    pub fn request(&self, method: &str, params: Value) -> Result<Value, ClientError> {
+        let call = self.start(method, params)?;
+        self.wait(call, None)
+            .map_err(|e| e.unwrap_or_else(|| self.gone()))
+    }
+
+    /// Lists the server's tools (every page), and remembers each tool's
+    /// `execution.taskSupport` for [`call_tool`](Self::call_tool).
+    pub fn list_tools(&self) -> Result<Vec<Value>, ClientError> {
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let params = match &cursor {
+                Some(cursor) => json!({ "cursor": cursor }),
+                None => json!({}),
+            };
+            let page = self.request("tools/list", params)?;
+            let listed = page.get("tools").and_then(Value::as_array).ok_or_else(|| {
+                ClientError::Protocol(format!("tools/list without tools: {page}"))
+            })?;
+            tools.extend(listed.iter().cloned());
+            cursor = page
+                .get("nextCursor")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        let support = tools
+            .iter()
+            .filter_map(|tool| {
+                let name = tool.get("name")?.as_str()?.to_owned();
+                let support = match tool
+                    .pointer("/execution/taskSupport")
+                    .and_then(Value::as_str)
+                {
+                    Some("optional") => TaskSupport::Optional,
+                    Some("required") => TaskSupport::Required,
+                    _ => TaskSupport::Forbidden,
+                };
+                Some((name, support))
+            })
+            .collect();
+        *self.inner.tools.lock() = Some(support);
+        Ok(tools)
+    }
+
+    /// A tool's `execution.taskSupport` (2025-11-25), from `tools/list` (fetched once).
+    pub fn task_support(&self, tool: &str) -> Result<TaskSupport, ClientError> {
+        if self.inner.tools.lock().is_none() {
+            self.list_tools()?;
+        }
+        Ok(self
+            .inner
+            .tools
+            .lock()
+            .as_ref()
+            .and_then(|tools| tools.get(tool).copied())
+            .unwrap_or(TaskSupport::Forbidden))
+    }
+
+    /// Calls a tool and returns its final result, following a task to its end if one
+    /// comes back (see the [module docs](self)). A tool result with `isError: true` is
+    /// returned as a result when no task was involved, and on SEP-2663 (where such a task
+    /// ends `completed`); on 2025-11-25 it ends its task `failed`:
+    /// [`ClientError::TaskFailed`] with the result inside.
+    pub fn call_tool(&self, name: &str, arguments: Value) -> Result<Value, ClientError> {
+        self.call_tool_with(name, arguments, CallOptions::new())
+    }
+
+    /// [`call_tool`](Self::call_tool) with per-call options (deadline, TTL, progress).
+    pub fn call_tool_with(
+        &self,
+        name: &str,
+        arguments: Value,
+        mut options: CallOptions<'_>,
+    ) -> Result<Value, ClientError> {
+        let mut follow = Follow {
+            started: Instant::now(),
+            deadline: options.deadline.or(self.inner.config.deadline),
+            progress: &mut options.progress,
+            polls: 0,
+        };
+        let mut call = ToolCall::new(name, arguments);
+        if self.revision() == Revision::V2025 && self.task_support(name)? != TaskSupport::Forbidden
+        {
+            call = call.as_task(options.task_ttl);
+        }
+        let mut rounds = 0;
+        loop {
+            let outcome = self.call_raw_until(&call, follow.deadline_at())?;
+            match outcome {
+                Some(CallOutcome::Complete(result)) => return Ok(result),
+                Some(CallOutcome::Task(task)) => return self.follow(task, &mut follow),
+                Some(CallOutcome::InputRequired {
+                    input_requests,
+                    request_state,
+                }) => {
+                    rounds += 1;
+                    if rounds > self.inner.config.stuck_polls {
+                        return Err(ClientError::Protocol(format!(
+                            "tools/call '{name}' still needs input after {rounds} rounds"
+                        )));
+                    }
+                    let mut responses = call.input_responses.take().unwrap_or_default();
+                    for (key, request) in &input_requests {
+                        let answer = self.answer_input(key, request, None)?;
+                        responses.insert(key.clone(), answer);
+                    }
+                    call.input_responses = Some(responses);
+                    call.request_state = request_state;
+                }
+                None => return Err(follow.deadline_error(None)),
+            }
+        }
+    }
+
+    /// Sends one `tools/call` as given and returns what came back: the result, the created
+    /// task, or (SEP-2663) the input the server needs first. Nothing is followed or
+    /// answered: that is up to the caller.
+    pub fn call_tool_raw(&self, call: &ToolCall) -> Result<CallOutcome, ClientError> {
+        self.call_raw_until(call, None)
+            .map(|outcome| outcome.expect("no deadline"))
+    }
+
+    fn call_raw_until(
+        &self,
+        call: &ToolCall,
+        deadline: Option<Instant>,
+    ) -> Result<Option<CallOutcome>, ClientError> {
+        let pending = self.start("tools/call", call.params())?;
+        let reply = match self.wait(pending, deadline) {
+            Ok(reply) => reply,
+            Err(None) => return Ok(None),
+            Err(Some(error)) => return Err(error),
+        };
+        let result_type = reply.get("resultType").and_then(Value::as_str);
+        let outcome = match (self.revision(), result_type) {
+            (Revision::V2025, _) => match reply.get("task") {
+                Some(task) => CallOutcome::Task(TaskInfo::from_value(task)?),
+                None => CallOutcome::Complete(reply),
+            },
+            (Revision::Sep2663, Some("task")) => CallOutcome::Task(TaskInfo::from_value(&reply)?),
+            (Revision::Sep2663, Some("input_required")) => CallOutcome::InputRequired {
+                input_requests: match reply.get("inputRequests") {
+                    Some(Value::Object(map)) => {
+                        map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+                    }
+                    _ => {
+                        return Err(ClientError::Protocol(format!(
+                            "input_required without inputRequests: {reply}"
+                        )))
+                    }
+                },
+                request_state: reply.get("requestState").cloned(),
+            },
+            (Revision::Sep2663, _) => CallOutcome::Complete(reply),
+        };
+        Ok(Some(outcome))
+    }
+
+    /// Follows a task (from [`call_tool_raw`](Self::call_tool_raw)) to its end, exactly as
+    /// [`call_tool`](Self::call_tool) does.
+    pub fn follow_task(
+        &self,
+        task: TaskInfo,
+        mut options: CallOptions<'_>,
+    ) -> Result<Value, ClientError> {
+        let mut follow = Follow {
+            started: Instant::now(),
+            deadline: options.deadline.or(self.inner.config.deadline),
+            progress: &mut options.progress,
+            polls: 0,
+        };
+        self.follow(task, &mut follow)
+    }
+
+    fn follow(&self, task: TaskInfo, follow: &mut Follow<'_, '_>) -> Result<Value, ClientError> {
+        follow.report(&task);
+        match self.revision() {
+            Revision::V2025 => self.follow_2025(task, follow),
+            Revision::Sep2663 => self.follow_sep2663(task, follow),
+        }
+    }
+
+    /// The interval to poll at next: the server's latest suggestion (a poll that names
+    /// none keeps the one before), else the client's default.
+    fn interval(&self, task: &TaskInfo, current: &mut Option<Duration>) -> Duration {
+        if let Some(ms) = task.poll_interval_ms {
+            *current = Some(Duration::from_millis(ms));
+        }
+        current
+            .unwrap_or(self.inner.config.poll_interval)
+            .max(MIN_POLL_INTERVAL)
+    }
+
+    /// Gives up on a task: a best-effort cancel, then `error`.
+    fn abandon(&self, task_id: &str, error: ClientError) -> ClientError {
+        if let Ok(call) = self.start("tasks/cancel", json!({ "taskId": task_id })) {
+            let _ = self.wait(call, Some(Instant::now() + CANCEL_WAIT));
+        }
+        error
+    }
+
+    /// Counts consecutive `input_required` polls that brought nothing new.
+    fn stuck_check(&self, stale: &mut u32, task_id: &str) -> Result<(), ClientError> {
+        *stale += 1;
+        if *stale >= self.inner.config.stuck_polls {
+            let error = ClientError::Stuck {
+                task_id: task_id.to_owned(),
+                polls: *stale,
+            };
+            return Err(self.abandon(task_id, error));
+        }
+        Ok(())
+    }
+
+    /// 2025-11-25: hold `tasks/result` open (the server's input requests ride on it, or on
+    /// stdio/the event stream beside it, and the dispatcher answers them) while polling
+    /// `tasks/get` for status, the stuck detector and the deadline.
+    fn follow_2025(
+        &self,
+        mut task: TaskInfo,
+        follow: &mut Follow<'_, '_>,
+    ) -> Result<Value, ClientError> {
+        let id = task.task_id.clone();
+        let result = self.start("tasks/result", json!({ "taskId": id }))?;
+        let mut seen = self.inner.shared.task_inputs(&id).seen;
+        let mut stale = 0;
+        let mut interval = None;
+        loop {
+            let mut wake = Instant::now() + self.interval(&task, &mut interval);
+            if let Some(deadline) = follow.deadline_at() {
+                wake = wake.min(deadline);
+            }
+            match result.pending.recv_deadline(wake) {
+                Ok(outcome) => return self.finish_2025(task, outcome, follow),
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Err(self.gone()),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            }
+            if follow.deadline_at().is_some_and(|d| Instant::now() >= d) {
+                self.inner.shared.forget(&result.id);
+                return Err(self.abandon(&id, follow.deadline_error(Some(&id))));
+            }
+            let polled = match self.get_task(&id) {
+                Ok(polled) => polled,
+                Err(error) => {
+                    self.inner.shared.forget(&result.id);
+                    return Err(vanished(&id, error));
+                }
+            };
+            task = polled.task;
+            follow.polls += 1;
+            follow.report(&task);
+            if task.status.is_terminal() {
+                // The held tasks/result answers now; wait for it (bounded by the deadline).
+                let outcome = match self.wait(result, follow.deadline_at()) {
+                    Ok(value) => Ok(value),
+                    Err(Some(error)) => Err(error),
+                    Err(None) => return Err(self.abandon(&id, follow.deadline_error(Some(&id)))),
+                };
+                return self.finish_2025(task, outcome, follow);
+            }
+            let inputs = self.inner.shared.task_inputs(&id);
+            if task.status == TaskStatus::InputRequired
+                && inputs.in_flight == 0
+                && inputs.seen == seen
+            {
+                if let Err(error) = self.stuck_check(&mut stale, &id) {
+                    self.inner.shared.forget(&result.id);
+                    return Err(error);
+                }
+            } else {
+                stale = 0;
+            }
+            seen = inputs.seen;
+        }
+    }
+
+    /// Turns the `tasks/result` answer into the call's outcome, by the task's final status.
+    fn finish_2025(
+        &self,
+        task: TaskInfo,
+        outcome: Result<Value, ClientError>,
+        follow: &mut Follow<'_, '_>,
+    ) -> Result<Value, ClientError> {
+        let id = task.task_id.clone();
+        let task = if task.status.is_terminal() {
+            task
+        } else {
+            // tasks/result answered before a poll saw the end: one last poll for the status.
+            let task = match self.get_task(&id) {
+                Ok(polled) => polled.task,
+                Err(error) => return Err(vanished(&id, error)),
+            };
+            follow.polls += 1;
+            follow.report(&task);
+            task
+        };
+        match (task.status, outcome) {
+            (TaskStatus::Cancelled, _) => Err(ClientError::TaskCancelled {
+                task: Box::new(task),
+            }),
+            (TaskStatus::Failed, Ok(result)) => Err(ClientError::TaskFailed {
+                task: Box::new(task),
+                result: Some(result),
+                error: None,
+            }),
+            (TaskStatus::Failed, Err(ClientError::Rpc(error))) => Err(ClientError::TaskFailed {
+                task: Box::new(task),
+                result: None,
+                error: Some(error),
+            }),
+            (_, outcome) => outcome,
+        }
+    }
+
+    /// SEP-2663: poll `tasks/get`; answer new `inputRequests` keys with `tasks/update`.
+    fn follow_sep2663(
+        &self,
+        mut task: TaskInfo,
+        follow: &mut Follow<'_, '_>,
+    ) -> Result<Value, ClientError> {
+        let id = task.task_id.clone();
+        let mut answered: HashSet<String> = HashSet::new();
+        let mut stale = 0;
+        let mut interval = None;
+        loop {
+            let mut wake = Instant::now() + self.interval(&task, &mut interval);
+            if let Some(deadline) = follow.deadline_at() {
+                if Instant::now() >= deadline {
+                    return Err(self.abandon(&id, follow.deadline_error(Some(&id))));
+                }
+                wake = wake.min(deadline);
+            }
+            std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+            let polled = self.get_task(&id).map_err(|error| vanished(&id, error))?;
+            task = polled.task.clone();
+            follow.polls += 1;
+            follow.report(&task);
+            match task.status {
+                TaskStatus::Completed => {
+                    return polled.result.ok_or_else(|| {
+                        ClientError::Protocol(format!("task {id} completed without a result"))
+                    })
+                }
+                TaskStatus::Failed => {
+                    return Err(ClientError::TaskFailed {
+                        task: Box::new(task),
+                        result: polled.result,
+                        error: polled.error,
+                    })
+                }
+                TaskStatus::Cancelled => {
+                    return Err(ClientError::TaskCancelled {
+                        task: Box::new(task),
+                    })
+                }
+                TaskStatus::Working => stale = 0,
+                TaskStatus::InputRequired => {
+                    let fresh: Vec<(&String, &Value)> = polled
+                        .input_requests
+                        .iter()
+                        .filter(|(key, _)| !answered.contains(*key))
+                        .collect();
+                    if fresh.is_empty() {
+                        self.stuck_check(&mut stale, &id)?;
+                        continue;
+                    }
+                    stale = 0;
+                    let mut responses = InputResponses::new();
+                    for (key, request) in fresh {
+                        let answer = match self.answer_input(key, request, Some(&id)) {
+                            Ok(answer) => answer,
+                            Err(error) => return Err(self.abandon(&id, error)),
+                        };
+                        answered.insert(key.clone());
+                        responses.insert(key.clone(), answer);
+                    }
+                    self.update_task(&id, responses)?;
+                }
+            }
+        }
+    }
+
+    /// Answers one SEP-2663 input request (`{method, params}`) through the handlers.
+    fn answer_input(
+        &self,
+        key: &str,
+        request: &Value,
+        task_id: Option<&str>,
+    ) -> Result<Value, ClientError> {
+        let method = request.get("method").and_then(Value::as_str).unwrap_or("");
+        let input = InputRequest {
+            method: method.to_owned(),
+            params: request.get("params").cloned().unwrap_or_else(|| json!({})),
+            task_id: task_id.map(str::to_owned),
+            key: key.to_owned(),
+        };
+        self.inner
+            .handlers
+            .answer(&input)
+            .map_err(|error| ClientError::Input {
+                key: key.to_owned(),
+                error,
+            })
+    }
+
+    /// `tasks/get`: the task's current state (on SEP-2663 with its input requests, result
+    /// or error inline).
+    pub fn get_task(&self, task_id: &str) -> Result<PolledTask, ClientError> {
+        let value = self.request("tasks/get", json!({ "taskId": task_id }))?;
+        PolledTask::from_value(&value)
+    }
+
+    /// `tasks/result` (2025-11-25): blocks until the task is terminal and returns what the
+    /// tool call would have returned (its JSON-RPC error as [`ClientError::Rpc`]). Server
+    /// requests that arrive meanwhile are answered by the handlers.
+    pub fn get_task_result(&self, task_id: &str) -> Result<Value, ClientError> {
+        self.require(Revision::V2025, "tasks/result")?;
+        self.request("tasks/result", json!({ "taskId": task_id }))
+    }
+
+    /// `tasks/list` (2025-11-25): one page of this client's tasks.
+    pub fn list_tasks(&self, cursor: Option<&str>) -> Result<TaskList, ClientError> {
+        self.require(Revision::V2025, "tasks/list")?;
+        let params = match cursor {
+            Some(cursor) => json!({ "cursor": cursor }),
+            None => json!({}),
+        };
+        let page = self.request("tasks/list", params)?;
+        let tasks = page
+            .get("tasks")
+            .and_then(Value::as_array)
+            .ok_or_else(|| ClientError::Protocol(format!("tasks/list without tasks: {page}")))?
+            .iter()
+            .map(TaskInfo::from_value)
+            .collect::<Result<_, _>>()?;
+        Ok(TaskList {
+            tasks,
+            next_cursor: page
+                .get("nextCursor")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        })
+    }
+
+    /// `tasks/update` (SEP-2663): answers input requests of a task, by key.
+    pub fn update_task(&self, task_id: &str, responses: InputResponses) -> Result<(), ClientError> {
+        self.require(Revision::Sep2663, "tasks/update")?;
+        self.request(
+            "tasks/update",
+            json!({ "taskId": task_id, "inputResponses": responses }),
+        )
+        .map(|_| ())
+    }
+
+    /// `tasks/cancel`: on 2025-11-25 the cancelled task comes back (a task that already
+    /// ended is a -32602 [`ClientError::Rpc`]); on SEP-2663 the server only acknowledges,
+    /// so `None`.
+    pub fn cancel_task(&self, task_id: &str) -> Result<Option<TaskInfo>, ClientError> {
+        let answer = self.request("tasks/cancel", json!({ "taskId": task_id }))?;
+        match self.revision() {
+            Revision::V2025 => TaskInfo::from_value(&answer).map(Some),
+            Revision::Sep2663 => Ok(None),
+        }
+    }
+
+    fn require(&self, revision: Revision, method: &str) -> Result<(), ClientError> {
+        if self.revision() == revision {
+            Ok(())
+        } else {
+            Err(ClientError::Unsupported(format!(
+                "{method} does not exist in revision {}",
+                self.revision().as_str()
+            )))
+        }
+    }
+}
+
+/// A task that can no longer be read: -32602 means the server forgot it (expired).
+fn vanished(task_id: &str, error: ClientError) -> ClientError {
+    match error {
+        ClientError::Rpc(e) if e.code == INVALID_PARAMS => ClientError::TaskExpired {
+            task_id: task_id.to_owned(),
+        },
+        other => other,
+    }
+}

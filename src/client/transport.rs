@@ -1,0 +1,376 @@
+//! The connection plumbing every transport shares: requests waiting for their response,
+//! the dispatcher thread that answers the server's own requests through the handlers, and
+//! the newline-delimited JSON-RPC transport (a spawned server's stdio, or any stream pair).
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::Child;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+
+use super::{ClientError, InputRequest};
+use crate::protocol::jsonrpc::{self, Message, Request, RequestId, Response, RpcError};
+use crate::protocol::v2025::RELATED_TASK;
+
+/// A handler for server input requests: gets the request, returns the result to answer.
+pub(crate) type Handler = Arc<dyn Fn(&InputRequest) -> Result<Value, RpcError> + Send + Sync>;
+
+/// The handlers a client registered, by method.
+#[derive(Clone, Default)]
+pub(crate) struct Handlers {
+    pub(crate) elicitation: Option<Handler>,
+    pub(crate) sampling: Option<Handler>,
+}
+
+impl Handlers {
+    /// Answers one input request through the matching handler.
+    pub(crate) fn answer(&self, request: &InputRequest) -> Result<Value, RpcError> {
+        let handler = match request.method.as_str() {
+            "elicitation/create" => self.elicitation.as_ref(),
+            "sampling/createMessage" => self.sampling.as_ref(),
+            _ => None,
+        };
+        match handler {
+            Some(handler) => handler(request),
+            None => Err(RpcError::method_not_found(&request.method)),
+        }
+    }
+}
+
+type Reply = Sender<Result<Value, ClientError>>;
+
+/// The outcome a request waits for.
+pub(crate) type Pending = Receiver<Result<Value, ClientError>>;
+
+struct State {
+    pending: HashMap<RequestId, Reply>,
+    closed: Option<String>,
+}
+
+/// What the dispatcher thread is asked to do.
+pub(crate) enum Work {
+    /// Answer a server request.
+    Request(Request),
+    /// Stop (the client is being dropped).
+    Stop,
+}
+
+/// Server input requests seen for one task (2025-11-25, where they arrive as requests).
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub(crate) struct TaskInputs {
+    /// How many requests related to the task arrived so far.
+    pub(crate) seen: u64,
+    /// How many of them a handler is still working on.
+    pub(crate) in_flight: u32,
+}
+
+/// State shared by the client, its transport's reader threads and its dispatcher.
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    next_id: AtomicI64,
+    work: Sender<Work>,
+    inputs: Mutex<Inputs>,
+}
+
+#[derive(Default)]
+struct Inputs {
+    per_task: HashMap<String, TaskInputs>,
+    /// Every server request id seen: each is handled once, however often it arrives.
+    seen: HashSet<RequestId>,
+}
+
+impl Shared {
+    pub(crate) fn new() -> (Arc<Shared>, Receiver<Work>) {
+        let (work, jobs) = crossbeam_channel::unbounded();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                pending: HashMap::new(),
+                closed: None,
+            }),
+            next_id: AtomicI64::new(1),
+            work,
+            inputs: Mutex::new(Inputs::default()),
+        });
+        (shared, jobs)
+    }
+
+    /// A fresh request id with a slot for its response; fails once the connection closed.
+    pub(crate) fn register(&self) -> Result<(RequestId, Pending), ClientError> {
+        let id = RequestId::Number(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let (reply, pending) = crossbeam_channel::bounded(1);
+        let mut state = self.state.lock();
+        if let Some(reason) = &state.closed {
+            return Err(ClientError::closed(reason.clone()));
+        }
+        state.pending.insert(id.clone(), reply);
+        Ok((id, pending))
+    }
+
+    /// Drops a request nobody waits for any more.
+    pub(crate) fn forget(&self, id: &RequestId) {
+        self.state.lock().pending.remove(id);
+    }
+
+    /// The reason the connection closed, if it did.
+    pub(crate) fn closed_reason(&self) -> Option<String> {
+        self.state.lock().closed.clone()
+    }
+
+    /// Completes request `id` with `outcome`.
+    pub(crate) fn complete(&self, id: &RequestId, outcome: Result<Value, ClientError>) {
+        let reply = self.state.lock().pending.remove(id);
+        match reply {
+            Some(reply) => {
+                let _ = reply.send(outcome);
+            }
+            None => log::debug!("mcp client: a response to unknown request {id}"),
+        }
+    }
+
+    /// Routes a message from the server: responses to their waiting request, requests to
+    /// the dispatcher; notifications are only logged.
+    pub(crate) fn incoming(&self, message: Message) {
+        match message {
+            Message::Response(Response { id, outcome }) => {
+                self.complete(&id, outcome.map_err(ClientError::Rpc))
+            }
+            Message::Request(request) => {
+                {
+                    let mut inputs = self.inputs.lock();
+                    if !inputs.seen.insert(request.id.clone()) {
+                        log::debug!("mcp client: request {} arrived again; ignored", request.id);
+                        return;
+                    }
+                    if let Some(task) = related_task(request.params.as_ref()) {
+                        let entry = inputs.per_task.entry(task).or_default();
+                        entry.seen += 1;
+                        entry.in_flight += 1;
+                    }
+                }
+                let _ = self.work.send(Work::Request(request));
+            }
+            Message::Notification(notification) => {
+                log::debug!("mcp client: notification {}", notification.method)
+            }
+        }
+    }
+
+    /// Parses one message text and routes it.
+    pub(crate) fn incoming_text(&self, text: &str) {
+        match jsonrpc::parse_message(text) {
+            Ok(message) => self.incoming(message),
+            Err(rejected) => log::warn!(
+                "mcp client: ignoring a malformed message from the server: {}",
+                rejected.error
+            ),
+        }
+    }
+
+    /// The connection is gone: every waiting request fails, and so does every later one.
+    pub(crate) fn close(&self, reason: impl Into<String>) {
+        let reason = reason.into();
+        let pending: Vec<Reply> = {
+            let mut state = self.state.lock();
+            if state.closed.is_none() {
+                state.closed = Some(reason.clone());
+            }
+            state.pending.drain().map(|(_, reply)| reply).collect()
+        };
+        for reply in pending {
+            let _ = reply.send(Err(ClientError::closed(reason.clone())));
+        }
+    }
+
+    /// Input requests seen so far for `task` (2025-11-25).
+    pub(crate) fn task_inputs(&self, task: &str) -> TaskInputs {
+        self.inputs
+            .lock()
+            .per_task
+            .get(task)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn input_done(&self, task: &str) {
+        if let Some(entry) = self.inputs.lock().per_task.get_mut(task) {
+            entry.in_flight = entry.in_flight.saturating_sub(1);
+        }
+    }
+
+    /// Asks the dispatcher to stop.
+    pub(crate) fn stop_dispatcher(&self) {
+        let _ = self.work.send(Work::Stop);
+    }
+}
+
+/// The related task a request's `_meta` names.
+fn related_task(params: Option<&Value>) -> Option<String> {
+    params?
+        .get("_meta")?
+        .get(RELATED_TASK)?
+        .get("taskId")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// How messages get to the server. Responses come back through [`Shared`].
+pub(crate) trait Transport: Send + Sync {
+    /// Sends request `id` (already registered); its response arrives through `Shared`.
+    fn send_request(&self, id: &RequestId, message: Value) -> Result<(), ClientError>;
+    /// Sends a notification, or a response to a server request.
+    fn send(&self, message: Value) -> Result<(), ClientError>;
+    /// Called once the handshake is done (HTTP 2025-11-25 opens its event stream here).
+    fn ready(&self) {}
+    /// Ends the connection (the client is being dropped).
+    fn shutdown(&self);
+    /// The spawned server's process id, if the transport spawned one.
+    fn process_id(&self) -> Option<u32> {
+        None
+    }
+}
+
+/// Starts the thread that answers the server's requests through the handlers (each request
+/// id once: [`Shared::incoming`] drops repeats).
+pub(crate) fn start_dispatcher(
+    jobs: Receiver<Work>,
+    shared: Arc<Shared>,
+    transport: Arc<dyn Transport>,
+    handlers: Handlers,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("mcp-client-dispatch".into())
+        .spawn(move || {
+            for work in jobs {
+                let Work::Request(Request { id, method, params }) = work else {
+                    return;
+                };
+                let task_id = related_task(params.as_ref());
+                {
+                    let outcome = match method.as_str() {
+                        "ping" => Ok(json!({})),
+                        _ => handlers.answer(&InputRequest {
+                            method: method.clone(),
+                            params: params.unwrap_or_else(|| json!({})),
+                            task_id: task_id.clone(),
+                            key: match &id {
+                                RequestId::String(s) => s.clone(),
+                                RequestId::Number(n) => n.to_string(),
+                            },
+                        }),
+                    };
+                    let message = match outcome {
+                        Ok(result) => jsonrpc::response(&id, result),
+                        Err(error) => jsonrpc::error_response(Some(&id), &error),
+                    };
+                    if let Err(error) = transport.send(message) {
+                        log::warn!("mcp client: cannot answer the server's {method}: {error}");
+                    }
+                }
+                if let Some(task) = task_id {
+                    shared.input_done(&task);
+                }
+            }
+        })
+        .map(|_| ())
+}
+
+/// Newline-delimited JSON-RPC over a writer and a reader thread.
+pub(crate) struct LineTransport {
+    writer: Mutex<Option<Box<dyn Write + Send>>>,
+    child: Mutex<Option<Child>>,
+    shared: Arc<Shared>,
+}
+
+impl LineTransport {
+    /// Starts the reader thread on `reader`; messages go out through `writer`. `child`,
+    /// if given, is the server process, reaped on shutdown.
+    pub(crate) fn start(
+        shared: Arc<Shared>,
+        reader: Box<dyn Read + Send>,
+        writer: Box<dyn Write + Send>,
+        child: Option<Child>,
+    ) -> std::io::Result<LineTransport> {
+        let reading = shared.clone();
+        std::thread::Builder::new()
+            .name("mcp-client-reader".into())
+            .spawn(move || read_lines(reader, &reading))?;
+        Ok(LineTransport {
+            writer: Mutex::new(Some(writer)),
+            child: Mutex::new(child),
+            shared,
+        })
+    }
+
+    fn write(&self, message: &Value) -> Result<(), ClientError> {
+        let mut writer = self.writer.lock();
+        let Some(writer) = writer.as_mut() else {
+            return Err(ClientError::closed("the client was shut down"));
+        };
+        let mut line = serde_json::to_vec(message)
+            .map_err(|e| ClientError::Protocol(format!("cannot serialise a message: {e}")))?;
+        line.push(b'\n');
+        let written = writer.write_all(&line).and_then(|()| writer.flush());
+        written.map_err(|error| match self.shared.closed_reason() {
+            Some(reason) => ClientError::closed(reason),
+            None => ClientError::io(error),
+        })
+    }
+}
+
+fn read_lines(reader: Box<dyn Read + Send>, shared: &Shared) {
+    let mut reader = BufReader::new(reader);
+    let mut line = String::new();
+    let reason = loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) => break "the server closed its output (it exited or died)".to_string(),
+            Ok(_) => {
+                let text = line.trim();
+                if !text.is_empty() {
+                    shared.incoming_text(text);
+                }
+            }
+            Err(error) => break format!("reading from the server failed: {error}"),
+        }
+    };
+    shared.close(reason);
+}
+
+impl Transport for LineTransport {
+    fn send_request(&self, _id: &RequestId, message: Value) -> Result<(), ClientError> {
+        self.write(&message)
+    }
+
+    fn send(&self, message: Value) -> Result<(), ClientError> {
+        self.write(&message)
+    }
+
+    fn shutdown(&self) {
+        // Closing the server's input is how a stdio server is told to exit.
+        drop(self.writer.lock().take());
+        let Some(mut child) = self.child.lock().take() else {
+            return;
+        };
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => return,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                _ => break,
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    fn process_id(&self) -> Option<u32> {
+        self.child.lock().as_ref().map(Child::id)
+    }
+}
