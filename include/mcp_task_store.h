@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 /**
- * Pass as `timeout_ms` to wait without a timeout.
+ * Pass as `timeout_ms` to wait without a timeout (`MCPTS_WAIT_FOREVER` in src/ffi/store.rs).
  */
 #define MCPTS_WAIT_FOREVER UINT64_MAX
 

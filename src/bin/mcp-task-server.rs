@@ -48,8 +48,11 @@ Server settings:
     -V, --version                  print the version
 
 Tools: sleep{ms} (task optional), sleep_required{ms} (task required), fail{ms} (task
-optional; ends with a tool error), echo{text} (never a task), ask{question} (task required;
-asks the client through elicitation).
+optional; ends with a tool error), count{to, ms} (task optional; reports `step i of n` as
+its status message), echo{text} (never a task), ask{question} (task required; asks the
+client through elicitation), and the conformance suite's fixtures greet{name},
+slow_compute{seconds, label?}, failing_job, protocol_error_job, confirm_delete{filename},
+multi_input and test_tool_with_task.
 ";
 
 struct Options {
