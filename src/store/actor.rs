@@ -11,6 +11,7 @@ use super::config::duration_ms;
 use super::journal::{Journal, Record};
 use super::machine::{StoreMachine, StoreStats, Wake, WakeOutcome};
 use super::record::Change;
+use super::spin::{spin_recv, Spun};
 use super::token::CancelToken;
 use crate::model::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, StoreEvent, Task,
@@ -138,6 +139,9 @@ pub(crate) struct StoreActor {
     /// With a journal, replies wait here until their batch is durable (group commit).
     journal: Option<Journal>,
     held: Vec<Held>,
+    /// Dropped with the actor (also when its thread panics): handles waiting on a reused
+    /// reply channel learn from it that the store is gone.
+    _alive: Sender<()>,
 }
 
 /// A reply held back until its batch is durable.
@@ -151,6 +155,7 @@ impl StoreActor {
         machine: StoreMachine<ReplyTo>,
         time: TimeSource,
         journal: Option<Journal>,
+        alive: Sender<()>,
     ) -> StoreActor {
         StoreActor {
             machine,
@@ -158,6 +163,7 @@ impl StoreActor {
             subscribers: Vec::new(),
             journal,
             held: Vec::new(),
+            _alive: alive,
         }
     }
 
@@ -190,14 +196,16 @@ impl StoreActor {
             let mut stop = false;
             for _ in 0..COMMAND_BATCH {
                 let Some(command) = next.take() else { break };
-                if !self.apply(now, command) {
+                // Each command reads the clock: a `sync` earlier in the batch may have seen
+                // a later time, and what follows it must not see an earlier one.
+                if !self.apply(self.time.now(), command) {
                     stop = true;
                     break;
                 }
                 next = inbox.try_recv().ok();
             }
             if let Some(command) = next {
-                stop |= !self.apply(now, command);
+                stop |= !self.apply(self.time.now(), command);
             }
             if let Err(e) = self.commit() {
                 // Nothing of this batch may be acknowledged: stop, and every caller waiting
@@ -258,6 +266,9 @@ impl StoreActor {
         if self.journal.is_some() {
             self.held.push(Box::new(move || send(reply, result)));
         } else {
+            // Wake-ups and events first: when a call returns, what it caused has been
+            // handed to waiters and subscribers.
+            self.flush();
             send(reply, result);
         }
     }
@@ -271,6 +282,11 @@ impl StoreActor {
                 Err(TryRecvError::Empty) => Some(None),
                 Err(TryRecvError::Disconnected) => None,
             };
+        }
+        match spin_recv(inbox) {
+            Spun::Ready(command) => return Some(Some(command)),
+            Spun::Disconnected => return None,
+            Spun::Nothing => {}
         }
         let deadline = self.machine.poll_timeout().filter(|_| self.time.is_real());
         match deadline {
@@ -405,8 +421,8 @@ impl StoreActor {
                 self.reply(reply, Ok(stats));
             }
             Command::Sync { reply } => {
-                // A barrier: everything due by the clock's current reading happens first.
-                let now = self.time.now();
+                // A barrier: everything due by the clock's current reading (every command
+                // reads it afresh) happens first.
                 while self.machine.handle_timeout(now, usize::MAX) {}
                 self.reply(reply, Ok(()));
             }

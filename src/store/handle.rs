@@ -15,6 +15,7 @@ use super::clock::{Clock, SystemClock, TimeSource};
 use super::config::{ExpiryPolicy, StoreConfig};
 use super::journal::{Journal, JournalConfig};
 use super::machine::{StoreMachine, StoreStats};
+use super::reply;
 use super::token::CancelToken;
 use crate::model::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, StoreEvent, Task,
@@ -157,7 +158,8 @@ impl StoreBuilder {
                 (machine, Some(journal))
             }
         };
-        let mut actor = StoreActor::new(machine, time, journal);
+        let (alive_tx, alive) = crossbeam_channel::bounded(0);
+        let mut actor = StoreActor::new(machine, time, journal, alive_tx);
         actor.settle_recovery()?;
         let (inbox_tx, inbox_rx) = crossbeam_channel::unbounded();
         let thread = std::thread::Builder::new()
@@ -165,7 +167,10 @@ impl StoreBuilder {
             .spawn(move || actor.run(inbox_rx))
             .map_err(|e| StoreError::InvalidArgument(format!("cannot spawn owner thread: {e}")))?;
         Ok(Store {
-            handle: StoreHandle { inbox: inbox_tx },
+            handle: StoreHandle {
+                inbox: inbox_tx,
+                alive,
+            },
             thread: Some(thread),
         })
     }
@@ -240,15 +245,13 @@ impl Drop for Store {
 #[derive(Clone, Debug)]
 pub struct StoreHandle {
     inbox: Sender<Command>,
+    /// Disconnects when the owner thread ends (its only sender lives there).
+    alive: Receiver<()>,
 }
 
 impl StoreHandle {
-    fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, StoreError> {
-        let (reply, answer) = crossbeam_channel::bounded(1);
-        self.inbox
-            .send(make(reply))
-            .map_err(|_| StoreError::Closed)?;
-        answer.recv().map_err(|_| StoreError::Closed)?
+    fn call<T: 'static>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, StoreError> {
+        reply::round_trip(&self.alive, |reply| self.inbox.send(make(reply)).is_ok())
     }
 
     /// Creates a task (status `working`, fresh random id). It is visible to `get` before

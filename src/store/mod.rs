@@ -12,6 +12,8 @@ mod handle;
 mod journal;
 pub mod machine;
 mod record;
+mod reply;
+mod spin;
 mod token;
 mod wheel;
 

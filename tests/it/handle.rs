@@ -345,6 +345,8 @@ fn a_panic_inside_the_owner_thread_reaches_callers_as_closed() {
     };
     until_parked(&store, 1);
     trap.0.store(true, Ordering::SeqCst);
+    // `sync` always reads the clock, so the trap springs now.
+    assert_eq!(store.sync(), Err(StoreError::Closed));
     assert_eq!(store.get(id, None), Err(StoreError::Closed));
     assert_eq!(waiter.join().unwrap(), Err(StoreError::Closed));
     assert_eq!(
