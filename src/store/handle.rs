@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::ops::Deref;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -170,6 +171,7 @@ impl StoreBuilder {
             handle: StoreHandle {
                 inbox: inbox_tx,
                 alive,
+                spinners: Arc::new(AtomicUsize::new(0)),
             },
             thread: Some(thread),
         })
@@ -247,11 +249,15 @@ pub struct StoreHandle {
     inbox: Sender<Command>,
     /// Disconnects when the owner thread ends (its only sender lives there).
     alive: Receiver<()>,
+    /// Callers of this store spinning for an answer right now (shared by all handles).
+    spinners: Arc<AtomicUsize>,
 }
 
 impl StoreHandle {
     fn call<T: 'static>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, StoreError> {
-        reply::round_trip(&self.alive, |reply| self.inbox.send(make(reply)).is_ok())
+        reply::round_trip(&self.alive, &self.spinners, |reply| {
+            self.inbox.send(make(reply)).is_ok()
+        })
     }
 
     /// Creates a task (status `working`, fresh random id). It is visible to `get` before
