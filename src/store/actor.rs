@@ -186,10 +186,12 @@ impl StoreActor {
     /// Serves commands until `Shutdown` or until every sender is gone.
     pub(crate) fn run(mut self, inbox: Receiver<Command>) {
         let mut more_due = false;
+        let mut busy = false;
         loop {
-            let Some(first) = self.next_command(&inbox, more_due) else {
+            let Some(first) = self.next_command(&inbox, more_due, busy) else {
                 return;
             };
+            busy = first.is_some();
             let now = self.time.now();
             more_due = self.machine.handle_timeout(now, EXPIRY_BATCH);
             let mut next = first;
@@ -275,7 +277,12 @@ impl StoreActor {
 
     /// `None` when the store must stop; `Some(None)` when a deadline (or pending expiry
     /// work) woke the thread without a command.
-    fn next_command(&self, inbox: &Receiver<Command>, more_due: bool) -> Option<Option<Command>> {
+    fn next_command(
+        &self,
+        inbox: &Receiver<Command>,
+        more_due: bool,
+        busy: bool,
+    ) -> Option<Option<Command>> {
         if more_due {
             return match inbox.try_recv() {
                 Ok(command) => Some(Some(command)),
@@ -283,10 +290,14 @@ impl StoreActor {
                 Err(TryRecvError::Disconnected) => None,
             };
         }
-        match spin_recv(inbox) {
-            Spun::Ready(command) => return Some(Some(command)),
-            Spun::Disconnected => return None,
-            Spun::Nothing => {}
+        // Spin only right after serving commands, when the next one is likely close behind;
+        // a wake-up for a timer goes straight back to sleep, so an idle store costs nothing.
+        if busy {
+            match spin_recv(inbox) {
+                Spun::Ready(command) => return Some(Some(command)),
+                Spun::Disconnected => return None,
+                Spun::Nothing => {}
+            }
         }
         let deadline = self.machine.poll_timeout().filter(|_| self.time.is_real());
         match deadline {

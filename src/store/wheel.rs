@@ -60,7 +60,11 @@ struct Level<T> {
     /// Bit `i` is set iff `slots[i]` is non-empty.
     occupied: u64,
     /// Items as `(deadline, item)`; boxed to keep the wheel itself small.
-    slots: Box<[Vec<(u64, T)>; SLOTS]>,
+    slots: Box<[Bucket<T>; SLOTS]>,
+    /// The earliest deadline in each slot (`u64::MAX` when empty). The owner sleeps until
+    /// it, not until the slot's span begins, so waiting on far deadlines costs no wake-up
+    /// (and no cascading) until the first of them is due.
+    earliest: [u64; SLOTS],
 }
 
 impl<T> Level<T> {
@@ -68,16 +72,18 @@ impl<T> Level<T> {
     fn new() -> Self {
         Level {
             occupied: 0,
-            slots: Box::new(std::array::from_fn(|_| Vec::new())),
+            slots: Box::new(std::array::from_fn(|_| Bucket::default())),
+            earliest: [u64::MAX; SLOTS],
         }
     }
 
-    /// The first occupied slot after the current one and its start time.
+    /// The first occupied slot after the current one, its start time and its earliest
+    /// deadline.
     ///
     /// Searching from the current slot (rotate, then count trailing zeros)
     /// finds the earliest slot; by the filing invariant it is never the
     /// current slot itself or one behind it.
-    fn next_slot(&self, level: usize, elapsed: u64) -> Option<(usize, u64)> {
+    fn next_slot(&self, level: usize, elapsed: u64) -> Option<(usize, u64, u64)> {
         if self.occupied == 0 {
             return None;
         }
@@ -87,7 +93,7 @@ impl<T> Level<T> {
         debug_assert!(ahead > 0 && slot < SLOTS, "slot behind the wheel's time");
         let span = slot_span(level);
         let level_start = elapsed & !(span * SLOTS as u64 - 1);
-        Some((slot, level_start + slot as u64 * span))
+        Some((slot, level_start + slot as u64 * span, self.earliest[slot]))
     }
 }
 
@@ -100,6 +106,8 @@ struct Cascade {
     slot: usize,
     /// Time at which the cascade happens; no item in it is due earlier.
     deadline: u64,
+    /// The earliest deadline among its items: when the owner next needs to wake.
+    earliest: u64,
 }
 
 /// An item whose deadline had already passed when it was inserted.
@@ -141,16 +149,16 @@ pub(crate) struct Wheel<T> {
     /// The levels, finest first.
     levels: [Level<T>; LEVELS],
     /// Items in a later `SPAN` block than `elapsed`.
-    overflow: Vec<(u64, T)>,
+    overflow: Bucket<T>,
     /// Earliest deadline in `overflow` (meaningless when it is empty).
     overflow_min: u64,
     /// Ready items whose deadline equals `elapsed`.
-    due: Vec<(u64, T)>,
+    due: Bucket<T>,
     /// Ready items inserted with a deadline before `elapsed`.
     late: BinaryHeap<Late<T>>,
     /// Items of a cascaded slot not re-filed yet: a big slot is re-filed a chunk per
     /// poll, so one cascade never stalls the owner thread. All have `at >= elapsed`.
-    refiling: Vec<(u64, T)>,
+    refiling: Bucket<T>,
 }
 
 /// What one bounded step of [`Wheel::poll_bounded`] found.
@@ -168,6 +176,52 @@ pub(crate) enum Polled<T> {
 /// Items re-filed per bounded step.
 pub(crate) const REFILE_CHUNK: usize = 1024;
 
+/// The items of one slot (or of the due list, the overflow, a cascade being re-filed):
+/// chunks of at most [`REFILE_CHUNK`] entries, never empty ones. A slot holding a million
+/// items grows without ever copying them (one big `Vec` would copy megabytes at a time as
+/// it doubles, stalling the owner), is taken whole in O(1), and is re-filed a chunk at a
+/// time.
+struct Bucket<T> {
+    chunks: Vec<Vec<(u64, T)>>,
+}
+
+impl<T> Default for Bucket<T> {
+    fn default() -> Self {
+        Bucket { chunks: Vec::new() }
+    }
+}
+
+impl<T> Bucket<T> {
+    fn push(&mut self, entry: (u64, T)) {
+        match self.chunks.last_mut() {
+            Some(chunk) if chunk.len() < REFILE_CHUNK => chunk.push(entry),
+            _ => self.chunks.push(vec![entry]),
+        }
+    }
+
+    fn pop(&mut self) -> Option<(u64, T)> {
+        let chunk = self.chunks.last_mut()?;
+        let entry = chunk.pop();
+        if chunk.is_empty() {
+            self.chunks.pop();
+        }
+        entry
+    }
+
+    fn pop_chunk(&mut self) -> Option<Vec<(u64, T)>> {
+        self.chunks.pop()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    #[cfg(debug_assertions)]
+    fn deadlines(&self) -> impl Iterator<Item = u64> + '_ {
+        self.chunks.iter().flatten().map(|(at, _)| *at)
+    }
+}
+
 impl<T> std::fmt::Debug for Wheel<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Wheel")
@@ -184,11 +238,11 @@ impl<T> Wheel<T> {
             elapsed: 0,
             len: 0,
             levels: std::array::from_fn(|_| Level::new()),
-            overflow: Vec::new(),
+            overflow: Bucket::default(),
             overflow_min: u64::MAX,
-            due: Vec::new(),
+            due: Bucket::default(),
             late: BinaryHeap::new(),
-            refiling: Vec::new(),
+            refiling: Bucket::default(),
         }
     }
 
@@ -241,7 +295,7 @@ impl<T> Wheel<T> {
                 return Polled::Item(at, item);
             }
             if !self.refiling.is_empty() {
-                self.refile(REFILE_CHUNK);
+                self.refile();
                 if self.due.is_empty() && !self.refiling.is_empty() {
                     return Polled::Busy;
                 }
@@ -271,7 +325,9 @@ impl<T> Wheel<T> {
         if !self.due.is_empty() || !self.refiling.is_empty() {
             return Some(self.elapsed);
         }
-        self.next_cascade().map(|cascade| cascade.deadline)
+        // Lower levels come first, so the next cascade's earliest item is the earliest of
+        // all: sleep until it is due (the cascade then happens on that wake-up).
+        self.next_cascade().map(|cascade| cascade.earliest)
     }
 
     /// Number of items inserted and not yet returned.
@@ -302,6 +358,7 @@ impl<T> Wheel<T> {
             let slot = slot_of(level, at);
             let lvl = &mut self.levels[level];
             lvl.occupied |= 1 << slot;
+            lvl.earliest[slot] = lvl.earliest[slot].min(at);
             lvl.slots[slot].push((at, item));
         }
     }
@@ -312,11 +369,12 @@ impl<T> Wheel<T> {
     /// current level-`n + 1` slot, before anything filed higher up.
     fn next_cascade(&self) -> Option<Cascade> {
         for (level, lvl) in self.levels.iter().enumerate() {
-            if let Some((slot, deadline)) = lvl.next_slot(level, self.elapsed) {
+            if let Some((slot, deadline, earliest)) = lvl.next_slot(level, self.elapsed) {
                 return Some(Cascade {
                     level,
                     slot,
                     deadline,
+                    earliest,
                 });
             }
         }
@@ -328,6 +386,7 @@ impl<T> Wheel<T> {
             slot: 0,
             // Start of the block holding the earliest overflow deadline.
             deadline: self.overflow_min & !(SPAN - 1),
+            earliest: self.overflow_min,
         })
     }
 
@@ -344,11 +403,13 @@ impl<T> Wheel<T> {
         } else {
             let lvl = &mut self.levels[cascade.level];
             lvl.occupied &= !(1 << cascade.slot);
+            lvl.earliest[cascade.slot] = u64::MAX;
             if cascade.level == 0 {
                 // A level-0 slot holds a single deadline; hand the whole
                 // Vec over and keep `due`'s spare buffer for the slot.
                 mem::swap(&mut self.due, &mut lvl.slots[cascade.slot]);
-                debug_assert!(self.due.iter().all(|&(at, _)| at == self.elapsed));
+                #[cfg(debug_assertions)]
+                debug_assert!(self.due.deadlines().all(|at| at == self.elapsed));
                 return;
             }
             mem::take(&mut lvl.slots[cascade.slot])
@@ -356,11 +417,12 @@ impl<T> Wheel<T> {
         self.refiling = items;
     }
 
-    /// Re-files up to `limit` items of the current cascade.
-    fn refile(&mut self, limit: usize) {
-        let keep = self.refiling.len().saturating_sub(limit);
-        let batch: Vec<(u64, T)> = self.refiling.drain(keep..).collect();
-        for (at, item) in batch {
+    /// Re-files one chunk (at most [`REFILE_CHUNK`] items) of the current cascade.
+    fn refile(&mut self) {
+        let Some(chunk) = self.refiling.pop_chunk() else {
+            return;
+        };
+        for (at, item) in chunk {
             if at == self.elapsed {
                 self.due.push((at, item));
             } else {
