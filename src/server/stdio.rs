@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::Server;
 use crate::protocol::jsonrpc::{self, RpcError};
+use crate::store::spin::{spin_recv, Spun};
 
 /// Longest message accepted, in bytes; longer lines are refused with -32600 and skipped
 /// without being held in memory.
@@ -148,6 +149,17 @@ fn write_all(
         output.write_all(b"\n")
     };
     loop {
+        // Messages come in bursts (answers to requests in flight): poll briefly before
+        // parking, since waking a parked thread costs far more than writing a line.
+        if let Spun::Ready(message) = spin_recv(&messages) {
+            if write(&mut output, &message).is_err() {
+                return;
+            }
+            if messages.is_empty() && output.flush().is_err() {
+                return;
+            }
+            continue;
+        }
         select! {
             recv(messages) -> message => {
                 let Ok(message) = message else { break };

@@ -13,7 +13,7 @@ mod journal;
 pub mod machine;
 mod record;
 mod reply;
-mod spin;
+pub(crate) mod spin;
 mod token;
 mod wheel;
 
