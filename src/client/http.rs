@@ -12,9 +12,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde_json::Value;
 
-use super::transport::{Shared, Transport};
+use super::transport::{Shared, Transport, MAX_SERVER_MESSAGE};
 use super::ClientError;
 use crate::protocol::jsonrpc::{self, Message, RequestId, RpcError};
+use crate::protocol::lines::{read_line, Line};
 use crate::protocol::{sep2663, v2025, Revision};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -90,8 +91,39 @@ impl HttpResponse {
 
     fn text(mut self) -> io::Result<String> {
         let mut body = Vec::new();
-        self.body.read_to_end(&mut body)?;
+        (&mut self.body)
+            .take(MAX_SERVER_MESSAGE as u64 + 1)
+            .read_to_end(&mut body)?;
+        if body.len() > MAX_SERVER_MESSAGE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the server's answer is larger than {MAX_SERVER_MESSAGE} bytes"),
+            ));
+        }
         Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+}
+
+/// Longest HTTP head line or chunk-size line accepted from a server.
+const MAX_HEAD_LINE: usize = 64 * 1024;
+
+/// One line (without its line ending) from a server, at most `max` bytes: `None` when the
+/// input ended, an error when the line is longer (a broken or hostile server must not make
+/// the client allocate without bound).
+fn line_of(reader: &mut impl BufRead, max: usize) -> io::Result<Option<String>> {
+    let mut buf = Vec::new();
+    match read_line(reader, &mut buf, max)? {
+        Line::End => Ok(None),
+        Line::TooLong => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the server sent a line longer than {max} bytes"),
+        )),
+        Line::Complete => {
+            if buf.last() == Some(&b'\r') {
+                buf.pop();
+            }
+            Ok(Some(String::from_utf8_lossy(&buf).into_owned()))
+        }
     }
 }
 
@@ -126,27 +158,28 @@ fn exchange(
 
 fn read_head(mut reader: BufReader<TcpStream>) -> io::Result<HttpResponse> {
     let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
-    let mut line = String::new();
-    if reader.read_line(&mut line)? == 0 {
+    let Some(status_line) = line_of(&mut reader, MAX_HEAD_LINE)? else {
         return Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
             "the server closed the connection before answering",
         ));
-    }
-    let status = line
+    };
+    let status = status_line
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse::<u16>().ok())
         .ok_or_else(|| bad("malformed HTTP status line"))?;
     let mut headers = Vec::new();
     loop {
-        line.clear();
-        if reader.read_line(&mut line)? == 0 {
+        let Some(line) = line_of(&mut reader, MAX_HEAD_LINE)? else {
             return Err(bad("the connection ended inside the HTTP head"));
-        }
+        };
         let text = line.trim_end();
         if text.is_empty() {
             break;
+        }
+        if headers.len() >= 256 {
+            return Err(bad("the server sent more than 256 HTTP headers"));
         }
         if let Some((name, value)) = text.split_once(':') {
             headers.push((name.trim().to_owned(), value.trim().to_owned()));
@@ -198,21 +231,19 @@ impl<R: BufRead> Read for Chunked<R> {
             return Ok(0);
         }
         if self.left == 0 {
-            let mut line = String::new();
-            if self.inner.read_line(&mut line)? == 0 {
+            let Some(line) = line_of(&mut self.inner, MAX_HEAD_LINE)? else {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "the connection ended inside a chunked body",
                 ));
-            }
+            };
             let size = line.trim().split(';').next().unwrap_or("");
             self.left = u64::from_str_radix(size.trim(), 16)
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "malformed chunk size"))?;
             if self.left == 0 {
                 // Trailers, up to the empty line.
-                loop {
-                    line.clear();
-                    if self.inner.read_line(&mut line)? == 0 || line.trim().is_empty() {
+                while let Some(trailer) = line_of(&mut self.inner, MAX_HEAD_LINE)? {
+                    if trailer.trim().is_empty() {
                         break;
                     }
                 }
@@ -230,8 +261,7 @@ impl<R: BufRead> Read for Chunked<R> {
         }
         self.left -= read as u64;
         if self.left == 0 {
-            let mut crlf = String::new();
-            self.inner.read_line(&mut crlf)?;
+            line_of(&mut self.inner, MAX_HEAD_LINE)?; // the CRLF after the chunk
         }
         Ok(read)
     }
@@ -241,13 +271,11 @@ impl<R: BufRead> Read for Chunked<R> {
 /// stream ends or `on_data` returns false.
 fn read_events(body: &mut dyn BufRead, mut on_data: impl FnMut(&str) -> bool) -> io::Result<()> {
     let mut data = String::new();
-    let mut line = String::new();
     loop {
-        line.clear();
-        if body.read_line(&mut line)? == 0 {
+        let Some(line) = line_of(&mut &mut *body, MAX_SERVER_MESSAGE)? else {
             return Ok(());
-        }
-        let text = line.trim_end_matches(['\r', '\n']);
+        };
+        let text = line.as_str();
         if text.is_empty() {
             if !data.is_empty() {
                 let keep_going = on_data(&data);
@@ -259,6 +287,12 @@ fn read_events(body: &mut dyn BufRead, mut on_data: impl FnMut(&str) -> bool) ->
             continue;
         }
         if let Some(value) = text.strip_prefix("data:") {
+            if data.len() + value.len() > MAX_SERVER_MESSAGE {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("the server sent an event larger than {MAX_SERVER_MESSAGE} bytes"),
+                ));
+            }
             if !data.is_empty() {
                 data.push('\n');
             }

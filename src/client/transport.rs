@@ -3,7 +3,7 @@
 //! the newline-delimited JSON-RPC transport (a spawned server's stdio, or any stream pair).
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::process::Child;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use super::{ClientError, InputRequest};
 use crate::protocol::jsonrpc::{self, Message, Request, RequestId, Response, RpcError};
+use crate::protocol::lines::{read_line, Line};
 use crate::protocol::v2025::RELATED_TASK;
 
 /// A handler for server input requests: gets the request, returns the result to answer.
@@ -322,15 +323,22 @@ impl LineTransport {
     }
 }
 
+/// Longest message the client accepts from a server (tool results can be large); a longer
+/// one ends the connection with a clear error rather than unbounded memory.
+pub(crate) const MAX_SERVER_MESSAGE: usize = 64 * 1024 * 1024;
+
 fn read_lines(reader: Box<dyn Read + Send>, shared: &Shared) {
     let mut reader = BufReader::new(reader);
-    let mut line = String::new();
+    let mut line = Vec::new();
     let reason = loop {
-        line.clear();
-        match reader.read_line(&mut line) {
-            Ok(0) => break "the server closed its output (it exited or died)".to_string(),
-            Ok(_) => {
-                let text = line.trim();
+        match read_line(&mut reader, &mut line, MAX_SERVER_MESSAGE) {
+            Ok(Line::End) => break "the server closed its output (it exited or died)".to_string(),
+            Ok(Line::TooLong) => {
+                break format!("the server sent a message larger than {MAX_SERVER_MESSAGE} bytes")
+            }
+            Ok(Line::Complete) => {
+                let text = String::from_utf8_lossy(&line);
+                let text = text.trim();
                 if !text.is_empty() {
                     shared.incoming_text(text);
                 }

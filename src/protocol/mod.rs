@@ -4,6 +4,7 @@
 
 mod errors;
 pub mod jsonrpc;
+pub(crate) mod lines;
 pub mod meta;
 mod params;
 pub mod sep2663;

@@ -618,3 +618,17 @@ fn client_follows_status_messages_of_a_counting_task() {
         "{messages:?}"
     );
 }
+
+#[test]
+fn client_refuses_an_oversized_server_message_with_a_clear_error() {
+    use std::io::Read;
+    // A "server" whose first line never ends: 65 MB without a newline.
+    let endless = std::io::repeat(b'x').take(65 * 1024 * 1024);
+    let started = Instant::now();
+    let error = Client::builder()
+        .connect_streams(endless, std::io::sink())
+        .expect_err("the handshake cannot succeed");
+    assert!(error.is_transport(), "{error:?}");
+    assert!(error.to_string().contains("larger than"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(30), "no hang");
+}
