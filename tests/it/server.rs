@@ -553,21 +553,34 @@ fn a_task_that_outlives_its_ttl_fails_and_its_tool_stops() {
     let store = Store::builder().clock(clock.clone()).build().unwrap();
     let mut h = Harness::with_store(Some(store.handle()), 100);
     h._store = Some(store);
-    let created = h.result(
-        "tools/call",
-        json!({"name": "sleep", "arguments": {"ms": 600_000}, "task": {"ttl": 1000}}),
-    );
-    let id = created["task"]["taskId"].as_str().unwrap().to_string();
+    // Occupy all four workers with sleeps far longer than their TTL.
+    let ids: Vec<String> = (0..4)
+        .map(|_| {
+            let created = h.result(
+                "tools/call",
+                json!({"name": "sleep", "arguments": {"ms": 600_000}, "task": {"ttl": 1000}}),
+            );
+            created["task"]["taskId"].as_str().unwrap().to_string()
+        })
+        .collect();
     clock.advance(Duration::from_millis(1000));
-    let task = h.result("tasks/get", json!({"taskId": id}));
-    assert_eq!(task["status"], "failed");
-    assert!(task["statusMessage"].as_str().unwrap().contains("expired"));
-    let response = h.request("tasks/result", json!({"taskId": id}));
+    for id in &ids {
+        let task = h.result("tasks/get", json!({"taskId": id}));
+        assert_eq!(task["status"], "failed");
+        assert!(task["statusMessage"].as_str().unwrap().contains("expired"));
+    }
+    let response = h.request("tasks/result", json!({"taskId": ids[0]}));
     assert_eq!(response["error"]["code"], -32603);
     assert!(response["error"]["message"]
         .as_str()
         .unwrap()
         .contains("expired"));
+    // The sleeping tools were told to stop: a worker is free for a new call.
+    let echoed = h.result(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "free"}}),
+    );
+    assert_eq!(echoed, text_result("free"));
 }
 
 // ----- SEP-2663 (protocol 2026-07-28) --------------------------------------------------
