@@ -17,7 +17,7 @@
 //! [`handle_timeout`]: StoreMachine::handle_timeout
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -33,6 +33,7 @@ use crate::model::{
     StoreEvent, Task, TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus, Timestamp,
 };
 use crate::StoreError;
+use table::TaskTable;
 
 /// How many expiries re-filing one chunk of a cascade counts as, in a timeout budget.
 const REFILE_COST: usize = 16;
@@ -114,11 +115,13 @@ impl<W> Default for Extra<W> {
 
 #[derive(Debug)]
 struct Entry<W> {
-    seq: u64,
+    id: TaskId,
     status: TaskStatus,
     /// Set when the task failed because its TTL ran out (its worker must stop).
     expired: bool,
-    status_message: Option<String>,
+    /// Boxed rather than `String`: eight bytes less per task, and messages are rarely
+    /// changed in place.
+    status_message: Option<Box<str>>,
     created_at: Timestamp,
     last_updated_at: Timestamp,
     ttl: Option<u64>,
@@ -149,9 +152,10 @@ impl<W> Entry<W> {
 pub struct StoreMachine<W> {
     config: StoreConfig,
     poll_interval_ms: u64,
-    tasks: BTreeMap<TaskId, Entry<W>>,
-    /// Creation-order index per session (`None` = sessionless): seq -> id. Paging walks it.
-    sessions: HashMap<Option<SessionId>, BTreeMap<u64, TaskId>>,
+    tasks: TaskTable<W>,
+    /// Creation-order index per session (`None` = sessionless): the sequence numbers of
+    /// its tasks. Paging walks it.
+    sessions: HashMap<Option<SessionId>, BTreeSet<u64>>,
     /// Tasks failed by expiry that linger for the grace period, per session; they no longer
     /// count toward the limits.
     lingering: HashMap<Option<SessionId>, usize>,
@@ -177,7 +181,7 @@ impl<W> StoreMachine<W> {
         Ok(StoreMachine {
             poll_interval_ms: duration_ms(config.poll_interval),
             config,
-            tasks: BTreeMap::new(),
+            tasks: TaskTable::new(cursor_key),
             sessions: HashMap::new(),
             lingering: HashMap::new(),
             next_seq: 1,
@@ -246,9 +250,9 @@ impl<W> StoreMachine<W> {
         self.sessions
             .entry(req.session.clone())
             .or_default()
-            .insert(seq, id);
+            .insert(seq);
         let entry = Entry {
-            seq,
+            id,
             status: TaskStatus::Working,
             expired: false,
             status_message: None,
@@ -268,7 +272,7 @@ impl<W> StoreMachine<W> {
                 session: entry.session.clone(),
             });
         }
-        self.tasks.insert(id, entry);
+        self.tasks.insert(seq, entry);
         self.touch(id, Change::Created);
         Ok(task)
     }
@@ -349,8 +353,9 @@ impl<W> StoreMachine<W> {
             let mut due = Vec::new();
             let mut last_seq = None;
             let mut more = false;
-            for (&seq, &id) in index.range(after.saturating_add(1)..) {
-                let entry = &self.tasks[&id];
+            for &seq in index.range(after.saturating_add(1)..) {
+                let entry = self.tasks.by_seq(seq).expect("indexed tasks exist");
+                let id = entry.id;
                 if entry.is_due(now) {
                     due.push(id);
                 } else if tasks.len() == page_size {
@@ -407,7 +412,7 @@ impl<W> StoreMachine<W> {
         }
         let entry = self.tasks.get_mut(&id).expect("visible task exists");
         entry.status = status;
-        entry.status_message = message;
+        entry.status_message = message.map(String::into_boxed_str);
         entry.last_updated_at = now.wall;
         Ok(self.changed(id))
     }
@@ -712,10 +717,10 @@ impl<W> StoreMachine<W> {
         let extra = entry.extra.as_deref();
         Some(TaskRecord {
             id,
-            seq: entry.seq,
+            seq: self.tasks.seq_of(&id)?,
             status: entry.status,
             expired: entry.expired,
-            message: entry.status_message.clone(),
+            message: entry.status_message.as_deref().map(str::to_owned),
             created_at: entry.created_at,
             last_updated_at: entry.last_updated_at,
             ttl: entry.ttl,
@@ -747,10 +752,9 @@ impl<W> StoreMachine<W> {
 
     /// Every live task's full record, in creation order (a snapshot).
     pub fn records(&self) -> Vec<TaskRecord> {
-        let mut ids: Vec<(u64, TaskId)> = self.tasks.iter().map(|(id, e)| (e.seq, *id)).collect();
-        ids.sort_unstable();
-        ids.into_iter()
-            .filter_map(|(_, id)| self.record(id, true))
+        self.tasks
+            .iter()
+            .filter_map(|entry| self.record(entry.id, true))
             .collect()
     }
 
@@ -778,8 +782,8 @@ impl<W> StoreMachine<W> {
             let running: Vec<TaskId> = machine
                 .tasks
                 .iter()
-                .filter(|(_, e)| !e.status.is_terminal())
-                .map(|(id, _)| *id)
+                .filter(|e| !e.status.is_terminal())
+                .map(|e| e.id)
                 .collect();
             for id in running {
                 let message = "the server restarted before the task finished".to_string();
@@ -790,6 +794,16 @@ impl<W> StoreMachine<W> {
     }
 
     fn insert_record(&mut self, record: TaskRecord, now: Now) {
+        // A journal never holds two live tasks with one id or one sequence number; if a
+        // damaged one does, the first wins rather than two tasks sharing a key.
+        if self.tasks.contains_key(&record.id) || self.tasks.by_seq(record.seq).is_some() {
+            log::warn!(
+                "recovery skipped a second record for task {} (seq {})",
+                record.id,
+                record.seq
+            );
+            return;
+        }
         let grace = match self.config.expiry {
             ExpiryPolicy::Fail { grace } if record.expired => duration_ms(grace),
             _ => 0,
@@ -824,14 +838,14 @@ impl<W> StoreMachine<W> {
         self.sessions
             .entry(record.session.clone())
             .or_default()
-            .insert(record.seq, record.id);
+            .insert(record.seq);
         self.tasks.insert(
-            record.id,
+            record.seq,
             Entry {
-                seq: record.seq,
+                id: record.id,
                 status: record.status,
                 expired: record.expired,
-                status_message: record.message,
+                status_message: record.message.map(String::into_boxed_str),
                 created_at: record.created_at,
                 last_updated_at: record.last_updated_at,
                 ttl: record.ttl,
@@ -894,7 +908,7 @@ impl<W> StoreMachine<W> {
         Task {
             task_id: id,
             status: entry.status,
-            status_message: entry.status_message.clone(),
+            status_message: entry.status_message.as_deref().map(str::to_owned),
             created_at: entry.created_at,
             last_updated_at: entry.last_updated_at,
             ttl: entry.ttl,
@@ -996,7 +1010,7 @@ impl<W> StoreMachine<W> {
         let entry = self.tasks.get_mut(&id).expect("finish on a live task");
         debug_assert!(!entry.status.is_terminal());
         entry.status = status;
-        entry.status_message = message;
+        entry.status_message = message.map(String::into_boxed_str);
         entry.outcome = outcome;
         entry.last_updated_at = now.wall;
         let stop = entry.stop_signalled();
@@ -1031,7 +1045,7 @@ impl<W> StoreMachine<W> {
     }
 
     fn remove(&mut self, id: TaskId) {
-        let Some(entry) = self.tasks.remove(&id) else {
+        let Some((seq, entry)) = self.tasks.remove(&id) else {
             return;
         };
         self.touch(id, Change::Removed);
@@ -1044,7 +1058,7 @@ impl<W> StoreMachine<W> {
             }
         }
         if let Some(index) = self.sessions.get_mut(&entry.session) {
-            index.remove(&entry.seq);
+            index.remove(&seq);
             if index.is_empty() {
                 self.sessions.remove(&entry.session);
             }
@@ -1151,5 +1165,6 @@ impl<W> StoreMachine<W> {
     }
 }
 
+mod table;
 #[cfg(test)]
 mod tests;
