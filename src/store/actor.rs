@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
+
+pub(crate) use super::reply::Reply;
 use serde_json::Value;
 
 use super::clock::{Millis, Now, TimeSource};
@@ -18,9 +20,6 @@ use crate::model::{
     TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus,
 };
 use crate::StoreError;
-
-/// Where a command's answer goes: a `bounded(1)` channel owned by the caller.
-pub(crate) type Reply<T> = Sender<Result<T, StoreError>>;
 
 /// Most timers reclaimed between two looks at the inbox (about 0.3 ms of work), so a mass
 /// expiry never holds up callers for long.
@@ -139,9 +138,6 @@ pub(crate) struct StoreActor {
     /// With a journal, replies wait here until their batch is durable (group commit).
     journal: Option<Journal>,
     held: Vec<Held>,
-    /// Dropped with the actor (also when its thread panics): handles waiting on a reused
-    /// reply channel learn from it that the store is gone.
-    _alive: Sender<()>,
 }
 
 /// A reply held back until its batch is durable.
@@ -155,7 +151,6 @@ impl StoreActor {
         machine: StoreMachine<ReplyTo>,
         time: TimeSource,
         journal: Option<Journal>,
-        alive: Sender<()>,
     ) -> StoreActor {
         StoreActor {
             machine,
@@ -163,7 +158,6 @@ impl StoreActor {
             subscribers: Vec::new(),
             journal,
             held: Vec::new(),
-            _alive: alive,
         }
     }
 
@@ -494,8 +488,7 @@ fn deadline_after(now: Now, timeout: Option<Duration>) -> Option<Millis> {
     timeout.map(|t| now.mono.plus(duration_ms(t)))
 }
 
-/// Replies never block (each reply channel has room for its one answer) and a caller that
-/// gave up is simply gone.
+/// Replies never block: each goes to its caller's own slot.
 fn send<T>(reply: Reply<T>, result: Result<T, StoreError>) {
-    let _ = reply.send(result);
+    reply.send(result);
 }

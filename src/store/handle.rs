@@ -16,7 +16,7 @@ use super::clock::{Clock, SystemClock, TimeSource};
 use super::config::{ExpiryPolicy, StoreConfig};
 use super::journal::{Journal, JournalConfig};
 use super::machine::{StoreMachine, StoreStats};
-use super::reply;
+use super::reply::{self, Expect};
 use super::token::CancelToken;
 use crate::model::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, StoreEvent, Task,
@@ -159,8 +159,7 @@ impl StoreBuilder {
                 (machine, Some(journal))
             }
         };
-        let (alive_tx, alive) = crossbeam_channel::bounded(0);
-        let mut actor = StoreActor::new(machine, time, journal, alive_tx);
+        let mut actor = StoreActor::new(machine, time, journal);
         actor.settle_recovery()?;
         let (inbox_tx, inbox_rx) = crossbeam_channel::unbounded();
         let thread = std::thread::Builder::new()
@@ -170,7 +169,6 @@ impl StoreBuilder {
         Ok(Store {
             handle: StoreHandle {
                 inbox: inbox_tx,
-                alive,
                 spinners: Arc::new(AtomicUsize::new(0)),
             },
             thread: Some(thread),
@@ -247,15 +245,27 @@ impl Drop for Store {
 #[derive(Clone, Debug)]
 pub struct StoreHandle {
     inbox: Sender<Command>,
-    /// Disconnects when the owner thread ends (its only sender lives there).
-    alive: Receiver<()>,
     /// Callers of this store spinning for an answer right now (shared by all handles).
     spinners: Arc<AtomicUsize>,
 }
 
 impl StoreHandle {
-    fn call<T: 'static>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, StoreError> {
-        reply::round_trip(&self.alive, &self.spinners, |reply| {
+    /// One command whose answer comes as soon as the owner thread reads it.
+    fn call<T: Send + 'static>(
+        &self,
+        make: impl FnOnce(Reply<T>) -> Command,
+    ) -> Result<T, StoreError> {
+        reply::round_trip(&self.spinners, Expect::Brief, |reply| {
+            self.inbox.send(make(reply)).is_ok()
+        })
+    }
+
+    /// One command that waits for something to happen to a task.
+    fn call_and_wait<T: Send + 'static>(
+        &self,
+        make: impl FnOnce(Reply<T>) -> Command,
+    ) -> Result<T, StoreError> {
+        reply::round_trip(&self.spinners, Expect::Long, |reply| {
             self.inbox.send(make(reply)).is_ok()
         })
     }
@@ -340,7 +350,7 @@ impl StoreHandle {
         timeout: Option<Duration>,
     ) -> Result<Task, StoreError> {
         let session = session.cloned();
-        self.call(|reply| Command::WaitTerminal {
+        self.call_and_wait(|reply| Command::WaitTerminal {
             id,
             session,
             timeout,
@@ -421,7 +431,7 @@ impl StoreHandle {
     ) -> Result<Value, StoreError> {
         let session = session.cloned();
         let key = key.to_owned();
-        self.call(|reply| Command::WaitInput {
+        self.call_and_wait(|reply| Command::WaitInput {
             id,
             session,
             key,

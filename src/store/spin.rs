@@ -10,7 +10,7 @@
 use crossbeam_channel::{Receiver, TryRecvError};
 
 /// Polls this many times (each with the CPU's spin hint) before giving up.
-const SPINS: u32 = 2000;
+pub(crate) const SPINS: u32 = 2000;
 
 /// What a bounded spin found.
 pub(crate) enum Spun<T> {
