@@ -1,6 +1,7 @@
 //! The owner thread: the only place that holds the machine, reads the clock and talks to
 //! channels. It sleeps until the next command or the next wheel deadline, never polls.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
@@ -10,6 +11,7 @@ use serde_json::Value;
 
 use super::clock::{Millis, Now, TimeSource};
 use super::config::duration_ms;
+use super::gate::Gate;
 use super::journal::{Journal, Record};
 use super::machine::{StoreMachine, StoreStats, Wake, WakeOutcome};
 use super::record::Change;
@@ -138,6 +140,8 @@ pub(crate) struct StoreActor {
     /// With a journal, replies wait here until their batch is durable (group commit).
     journal: Option<Journal>,
     held: Vec<Held>,
+    /// The handles' admission gate, if any: opened for waiters before the thread sleeps.
+    gate: Option<Arc<Gate>>,
 }
 
 /// A reply held back until its batch is durable.
@@ -151,6 +155,7 @@ impl StoreActor {
         machine: StoreMachine<ReplyTo>,
         time: TimeSource,
         journal: Option<Journal>,
+        gate: Option<Arc<Gate>>,
     ) -> StoreActor {
         StoreActor {
             machine,
@@ -158,6 +163,7 @@ impl StoreActor {
             subscribers: Vec::new(),
             journal,
             held: Vec::new(),
+            gate,
         }
     }
 
@@ -293,6 +299,9 @@ impl StoreActor {
                 Spun::Nothing => {}
             }
         }
+        // About to sleep: a caller that left its place free without handing it on must not
+        // keep a waiter out while the store idles.
+        let _asleep = self.gate.as_deref().map(Gate::owner_sleeps);
         let deadline = self.machine.poll_timeout().filter(|_| self.time.is_real());
         match deadline {
             None => inbox.recv().ok().map(Some),

@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::actor::{Command, Reply, StoreActor};
 use super::clock::{Clock, SystemClock, TimeSource};
 use super::config::{ExpiryPolicy, StoreConfig};
+use super::gate::Gate;
 use super::journal::{Journal, JournalConfig};
 use super::machine::{StoreMachine, StoreStats};
 use super::reply::{self, Expect};
@@ -159,9 +160,16 @@ impl StoreBuilder {
                 (machine, Some(journal))
             }
         };
-        let mut actor = StoreActor::new(machine, time, journal);
+        // A journaled store admits every caller: one sync then covers many of them.
+        let gate = journal
+            .is_none()
+            .then(|| Arc::new(Gate::for_this_machine()));
+        let mut actor = StoreActor::new(machine, time, journal, gate.clone());
         actor.settle_recovery()?;
-        let (inbox_tx, inbox_rx) = crossbeam_channel::unbounded();
+        // Bounded: an unbounded channel allocates a block per 31 commands on the callers'
+        // side and frees it on the owner's (measured ~4% of cycle throughput); when 1,024
+        // commands are queued, callers wait, which is the back-pressure they need anyway.
+        let (inbox_tx, inbox_rx) = crossbeam_channel::bounded(INBOX_CAPACITY);
         let thread = std::thread::Builder::new()
             .name("mcp-task-store".into())
             .spawn(move || actor.run(inbox_rx))
@@ -169,12 +177,16 @@ impl StoreBuilder {
         Ok(Store {
             handle: StoreHandle {
                 inbox: inbox_tx,
+                gate,
                 spinners: Arc::new(AtomicUsize::new(0)),
             },
             thread: Some(thread),
         })
     }
 }
+
+/// Commands queued for the owner thread before callers wait to send more.
+const INBOX_CAPACITY: usize = 1024;
 
 /// The task store: owns the owner thread and shuts it down (and joins it) when dropped.
 /// Callers blocked on the store at that moment get [`StoreError::Closed`].
@@ -245,6 +257,8 @@ impl Drop for Store {
 #[derive(Clone, Debug)]
 pub struct StoreHandle {
     inbox: Sender<Command>,
+    /// Limits the callers in flight (none with a journal).
+    gate: Option<Arc<Gate>>,
     /// Callers of this store spinning for an answer right now (shared by all handles).
     spinners: Arc<AtomicUsize>,
 }
@@ -255,12 +269,14 @@ impl StoreHandle {
         &self,
         make: impl FnOnce(Reply<T>) -> Command,
     ) -> Result<T, StoreError> {
+        let _pass = self.gate.as_deref().map(Gate::enter);
         reply::round_trip(&self.spinners, Expect::Brief, |reply| {
             self.inbox.send(make(reply)).is_ok()
         })
     }
 
-    /// One command that waits for something to happen to a task.
+    /// One command that waits for something to happen to a task (not gated: it may take
+    /// long, and holds no place while it waits).
     fn call_and_wait<T: Send + 'static>(
         &self,
         make: impl FnOnce(Reply<T>) -> Command,

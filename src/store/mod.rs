@@ -2,12 +2,14 @@
 //! driven by one owner thread (the actor) that callers reach through blocking handles.
 //!
 //! Data flows one way: handle -> command over the inbox -> actor -> machine; each command
-//! carries its own reply channel.
+//! carries its own reply slot. A gate keeps the callers in flight at one fewer than the
+//! cores, so the owner thread keeps a core of its own.
 
 mod actor;
 mod clock;
 mod config;
 mod contract;
+mod gate;
 mod handle;
 mod journal;
 pub mod machine;
