@@ -166,10 +166,11 @@ impl StoreBuilder {
             .then(|| Arc::new(Gate::for_this_machine()));
         let mut actor = StoreActor::new(machine, time, journal, gate.clone());
         actor.settle_recovery()?;
-        // Bounded: an unbounded channel allocates a block per 31 commands on the callers'
-        // side and frees it on the owner's (measured ~4% of cycle throughput); when 1,024
-        // commands are queued, callers wait, which is the back-pressure they need anyway.
-        let (inbox_tx, inbox_rx) = crossbeam_channel::bounded(INBOX_CAPACITY);
+        // Unbounded on purpose: when the owner thread ends (also by panicking) and drops
+        // its receiver, this channel flavour drops the commands still queued, and with
+        // them their replies, so their callers hear `Closed`. A bounded channel was ~4%
+        // faster but keeps such commands until every handle is gone: their callers hung.
+        let (inbox_tx, inbox_rx) = crossbeam_channel::unbounded();
         let thread = std::thread::Builder::new()
             .name("mcp-task-store".into())
             .spawn(move || actor.run(inbox_rx))
@@ -184,9 +185,6 @@ impl StoreBuilder {
         })
     }
 }
-
-/// Commands queued for the owner thread before callers wait to send more.
-const INBOX_CAPACITY: usize = 1024;
 
 /// The task store: owns the owner thread and shuts it down (and joins it) when dropped.
 /// Callers blocked on the store at that moment get [`StoreError::Closed`].

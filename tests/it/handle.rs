@@ -357,6 +357,33 @@ fn a_panic_inside_the_owner_thread_reaches_callers_as_closed() {
 }
 
 #[test]
+fn callers_racing_an_owner_panic_all_get_closed() {
+    // Commands sent while the owner thread unwinds must not be stranded in the inbox: each
+    // caller hears `Closed` (a stranded command would block its caller forever).
+    for _ in 0..100 {
+        let trap = TrapClock::default();
+        let store = Store::builder().clock(trap.clone()).build().unwrap();
+        let id = store.create(CreateTask::new()).unwrap().task_id;
+        let callers: Vec<_> = (0..3)
+            .map(|_| {
+                let handle = store.handle();
+                thread::spawn(move || loop {
+                    match handle.get(id, None) {
+                        Ok(_) => continue,
+                        Err(e) => return e,
+                    }
+                })
+            })
+            .collect();
+        trap.0.store(true, Ordering::SeqCst);
+        for caller in callers {
+            assert_eq!(caller.join().unwrap(), StoreError::Closed);
+        }
+        assert_eq!(store.shutdown(), Err(StoreError::Closed));
+    }
+}
+
+#[test]
 fn ttl_expiry_through_the_handle_with_the_manual_clock() {
     let clock = ManualClock::new();
     let store = Store::builder()
