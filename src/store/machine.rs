@@ -17,7 +17,7 @@
 //! [`handle_timeout`]: StoreMachine::handle_timeout
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -33,6 +33,7 @@ use crate::model::{
     StoreEvent, Task, TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus, Timestamp,
 };
 use crate::StoreError;
+use seq_set::SeqSet;
 use table::TaskTable;
 
 /// How many expiries re-filing one chunk of a cascade counts as, in a timeout budget.
@@ -155,7 +156,7 @@ pub struct StoreMachine<W> {
     tasks: TaskTable<W>,
     /// Creation-order index per session (`None` = sessionless): the sequence numbers of
     /// its tasks. Paging walks it.
-    sessions: HashMap<Option<SessionId>, BTreeSet<u64>>,
+    sessions: HashMap<Option<SessionId>, SeqSet>,
     /// Tasks failed by expiry that linger for the grace period, per session; they no longer
     /// count toward the limits.
     lingering: HashMap<Option<SessionId>, usize>,
@@ -353,7 +354,7 @@ impl<W> StoreMachine<W> {
             let mut due = Vec::new();
             let mut last_seq = None;
             let mut more = false;
-            for &seq in index.range(after.saturating_add(1)..) {
+            for seq in index.range_from(after.saturating_add(1)) {
                 let entry = self.tasks.by_seq(seq).expect("indexed tasks exist");
                 let id = entry.id;
                 if entry.is_due(now) {
@@ -1058,7 +1059,7 @@ impl<W> StoreMachine<W> {
             }
         }
         if let Some(index) = self.sessions.get_mut(&entry.session) {
-            index.remove(&seq);
+            index.remove(seq);
             if index.is_empty() {
                 self.sessions.remove(&entry.session);
             }
@@ -1165,6 +1166,7 @@ impl<W> StoreMachine<W> {
     }
 }
 
+mod seq_set;
 mod table;
 #[cfg(test)]
 mod tests;
