@@ -346,27 +346,22 @@ impl<W> StoreMachine<W> {
         };
         let key = session.cloned();
         let page_size = self.config.page_size;
+        let from = after.saturating_add(1);
+        // The page's window is its tasks plus the one after (which tells whether there are
+        // more). Expired tasks in it are settled first (under `Fail` they stay, failed;
+        // otherwise they go and the window moves on), until the window holds none: a
+        // listing reclaims no more than it has to read.
         loop {
             let Some(index) = self.sessions.get(&key) else {
                 return Ok(TaskPage::default());
             };
-            let mut tasks = Vec::with_capacity(page_size.min(index.len()));
-            let mut due = Vec::new();
-            let mut last_seq = None;
-            let mut more = false;
-            for seq in index.range_from(after.saturating_add(1)) {
-                let entry = self.tasks.by_seq(seq).expect("indexed tasks exist");
-                let id = entry.id;
-                if entry.is_due(now) {
-                    due.push(id);
-                } else if tasks.len() == page_size {
-                    more = true;
-                    break;
-                } else {
-                    tasks.push(self.snapshot(id, entry));
-                    last_seq = Some(seq);
-                }
-            }
+            let due: Vec<TaskId> = index
+                .range_from(from)
+                .take(page_size + 1)
+                .map(|seq| self.tasks.by_seq(seq).expect("indexed tasks exist"))
+                .filter(|entry| entry.is_due(now))
+                .map(|entry| entry.id)
+                .collect();
             if !due.is_empty() {
                 // Settled tasks are either gone or no longer due, so this loop ends.
                 for id in due {
@@ -374,8 +369,16 @@ impl<W> StoreMachine<W> {
                 }
                 continue;
             }
-            let next_cursor = match (more, last_seq) {
-                (true, Some(seq)) => Some(self.encode_cursor(seq, session)),
+            let mut tasks = Vec::with_capacity(page_size.min(index.len()));
+            let mut last_seq = None;
+            let mut window = index.range_from(from);
+            for seq in window.by_ref().take(page_size) {
+                let entry = self.tasks.by_seq(seq).expect("indexed tasks exist");
+                tasks.push(self.snapshot(entry.id, entry));
+                last_seq = Some(seq);
+            }
+            let next_cursor = match (window.next(), last_seq) {
+                (Some(_), Some(seq)) => Some(self.encode_cursor(seq, session)),
                 _ => None,
             };
             return Ok(TaskPage { tasks, next_cursor });
