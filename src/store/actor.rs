@@ -192,15 +192,22 @@ impl StoreActor {
                 return;
             };
             busy = first.is_some();
-            let now = self.time.now();
-            more_due = self.machine.handle_timeout(now, EXPIRY_BATCH);
+            let batch_start = self.time.now();
+            more_due = self.machine.handle_timeout(batch_start, EXPIRY_BATCH);
             let mut next = first;
             let mut stop = false;
-            for _ in 0..COMMAND_BATCH {
+            for served in 0..COMMAND_BATCH {
                 let Some(command) = next.take() else { break };
                 // Each command reads the clock: a `sync` earlier in the batch may have seen
-                // a later time, and what follows it must not see an earlier one.
-                if !self.apply(self.time.now(), command) {
+                // a later time, and what follows it must not see an earlier one. The first
+                // shares the batch's reading, taken just before it (one clock read per
+                // command, not two, when callers come one at a time).
+                let now = if served == 0 {
+                    batch_start
+                } else {
+                    self.time.now()
+                };
+                if !self.apply(now, command) {
                     stop = true;
                     break;
                 }
