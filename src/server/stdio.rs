@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::Server;
 use crate::protocol::jsonrpc::{self, RpcError};
 use crate::protocol::lines::{read_line, Line};
-use crate::store::spin::{spin_recv, Spun};
+use crate::store::spin::{spin_recv, SpinBudget, Spun};
 
 /// Longest message accepted, in bytes; longer lines are refused with -32600 and skipped
 /// without being held in memory.
@@ -99,6 +99,7 @@ fn write_all(
     mut flush: Receiver<crossbeam_channel::Sender<()>>,
 ) {
     let mut output = BufWriter::new(output);
+    let mut spin = SpinBudget::default();
     let write = |output: &mut BufWriter<_>, message: &Value| -> io::Result<()> {
         serde_json::to_writer(&mut *output, message)?;
         output.write_all(b"\n")
@@ -106,7 +107,7 @@ fn write_all(
     loop {
         // Messages come in bursts (answers to requests in flight): poll briefly before
         // parking, since waking a parked thread costs far more than writing a line.
-        if let Spun::Ready(message) = spin_recv(&messages) {
+        if let Spun::Ready(message) = spin_recv(&messages, &mut spin) {
             if write(&mut output, &message).is_err() {
                 return;
             }

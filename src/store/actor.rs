@@ -15,7 +15,7 @@ use super::gate::Gate;
 use super::journal::{Journal, Record};
 use super::machine::{StoreMachine, StoreStats, Wake, WakeOutcome};
 use super::record::Change;
-use super::spin::{spin_recv, Spun};
+use super::spin::{spin_recv, SpinBudget, Spun};
 use super::token::CancelToken;
 use crate::model::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, StoreEvent, Task,
@@ -142,6 +142,8 @@ pub(crate) struct StoreActor {
     held: Vec<Held>,
     /// The handles' admission gate, if any: opened for waiters before the thread sleeps.
     gate: Option<Arc<Gate>>,
+    /// How long to poll the inbox after serving, before sleeping.
+    spin: SpinBudget,
 }
 
 /// A reply held back until its batch is durable.
@@ -164,6 +166,7 @@ impl StoreActor {
             journal,
             held: Vec::new(),
             gate,
+            spin: SpinBudget::default(),
         }
     }
 
@@ -285,7 +288,7 @@ impl StoreActor {
     /// `None` when the store must stop; `Some(None)` when a deadline (or pending expiry
     /// work) woke the thread without a command.
     fn next_command(
-        &self,
+        &mut self,
         inbox: &Receiver<Command>,
         more_due: bool,
         busy: bool,
@@ -300,7 +303,7 @@ impl StoreActor {
         // Spin only right after serving commands, when the next one is likely close behind;
         // a wake-up for a timer goes straight back to sleep, so an idle store costs nothing.
         if busy {
-            match spin_recv(inbox) {
+            match spin_recv(inbox, &mut self.spin) {
                 Spun::Ready(command) => return Some(Some(command)),
                 Spun::Disconnected => return None,
                 Spun::Nothing => {}

@@ -27,7 +27,7 @@ use std::thread::{self, Thread};
 
 use parking_lot::Mutex;
 
-use super::spin::SPINS;
+use super::spin::SpinBudget;
 use crate::StoreError;
 
 type Answer<T> = Result<T, StoreError>;
@@ -47,6 +47,9 @@ struct ReplySlot<T> {
     answer: Mutex<Option<Answer<T>>>,
     /// The thread that owns this slot (slots are thread-local).
     caller: Thread,
+    /// How long this caller spins for an answer; only the caller touches it (the lock is
+    /// never contended).
+    spin: Mutex<SpinBudget>,
 }
 
 impl<T> ReplySlot<T> {
@@ -157,6 +160,7 @@ fn this_threads_slot<T: Send + 'static>() -> Arc<ReplySlot<T>> {
                 parked: AtomicBool::new(false),
                 answer: Mutex::new(None),
                 caller: thread::current(),
+                spin: Mutex::new(SpinBudget::default()),
             }))
         });
         let slot: &Arc<ReplySlot<T>> = slot.downcast_ref().expect("slots are keyed by type");
@@ -171,11 +175,7 @@ fn this_threads_slot<T: Send + 'static>() -> Arc<ReplySlot<T>> {
 fn wait<T>(slot: &ReplySlot<T>, spinners: &AtomicUsize, expect: Expect) {
     let answered = |slot: &ReplySlot<T>| slot.state.load(Ordering::Acquire) != WAITING;
     if spinners.fetch_add(1, Ordering::AcqRel) < max_spinners() {
-        let mut spun = 0;
-        while spun < SPINS && !answered(slot) {
-            std::hint::spin_loop();
-            spun += 1;
-        }
+        slot.spin.lock().spin(|| answered(slot));
     }
     spinners.fetch_sub(1, Ordering::AcqRel);
     if expect == Expect::Brief {
