@@ -1,12 +1,11 @@
 //! The owner thread: the only place that holds the machine, reads the clock and talks to
-//! channels. It sleeps until the next command or the next wheel deadline, never polls.
+//! channels. Right after serving it polls its inbox briefly (see `spin`); otherwise it
+//! sleeps until the next command or the next wheel deadline, so an idle store costs nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
-
-pub(crate) use super::reply::Reply;
 use serde_json::Value;
 
 use super::clock::{Millis, Now, TimeSource};
@@ -15,6 +14,7 @@ use super::gate::Gate;
 use super::journal::{Journal, Record};
 use super::machine::{StoreMachine, StoreStats, Wake, WakeOutcome};
 use super::record::Change;
+pub(crate) use super::reply::Reply;
 use super::spin::{spin_recv, SpinBudget, Spun};
 use super::token::CancelToken;
 use crate::model::{
@@ -23,9 +23,9 @@ use crate::model::{
 };
 use crate::StoreError;
 
-/// Most timers reclaimed between two looks at the inbox (about 0.3 ms of work), so a mass
-/// expiry never holds up callers for long.
-const EXPIRY_BATCH: usize = 256;
+/// Most timers reclaimed between two looks at the inbox (about 40 us of work), so a mass
+/// expiry never holds up callers for long (256 left a 99th percentile of 0.5 ms).
+const EXPIRY_BATCH: usize = 64;
 /// Most commands served per wake-up before timers get another turn.
 const COMMAND_BATCH: usize = 256;
 
@@ -294,6 +294,10 @@ impl StoreActor {
         busy: bool,
     ) -> Option<Option<Command>> {
         if more_due {
+            // A long run of expiries keeps this thread on its CPU; a caller it has just
+            // woken may be queued on the same CPU and would otherwise wait for the
+            // scheduler's next tick (4 ms here) to run.
+            std::thread::yield_now();
             return match inbox.try_recv() {
                 Ok(command) => Some(Some(command)),
                 Err(TryRecvError::Empty) => Some(None),
