@@ -750,6 +750,19 @@ fn main() {
             n.parse().expect("task count"),
         ),
         ["cycles"] => run_cycles(),
+        // One figure, for profiling: `cycle <ours|mutex> <live tasks> <callers>`.
+        ["cycle", implementation, n, threads] => {
+            let n: usize = n.parse().expect("task count");
+            let threads: usize = threads.parse().expect("caller threads");
+            let subject: Box<dyn Subject> = match *implementation {
+                "ours" => Box::new(Ours::new(n)),
+                "mutex" => Box::new(Locked::new(n)),
+                other => panic!("unknown implementation {other}"),
+            };
+            let rate = cycles_per_sec(subject.as_ref(), threads);
+            let workload = format!("cycle_{}_t{threads}", size_label(n));
+            report(implementation, &workload, rate, "cycles/s");
+        }
         ["expiry"] => {
             run_expiry_ours();
             run_expiry_locked();
@@ -760,7 +773,10 @@ fn main() {
             run_expiry_locked();
         }
         _ => {
-            eprintln!("usage: compare [all | cycles | expiry | mem <ours|mutex> <payload> <n>]");
+            eprintln!(
+                "usage: compare [all | cycles | expiry | mem <ours|mutex> <payload> <n> \\
+                 | cycle <ours|mutex> <n> <callers>]"
+            );
             std::process::exit(2);
         }
     }
