@@ -65,7 +65,8 @@ struct Waiter {
 }
 
 thread_local! {
-    /// When this thread last left a gate: tells a loop from a one-off call.
+    /// When this thread last left a gate that others were waiting at: tells a loop from a
+    /// one-off call.
     static LAST_LEFT: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
@@ -185,13 +186,15 @@ impl Gate {
     }
 
     fn leave(&self) {
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) == 0 {
+            // Nothing to decide, and no clock to read. A caller's loop is then judged from
+            // its leaves while others wait (a stale time only makes one handover early).
+            return;
+        }
         let now = Instant::now();
         let looping = LAST_LEFT.get().is_some_and(|left| now - left < LOOPING);
         LAST_LEFT.set(Some(now));
-        self.inside.fetch_sub(1, Ordering::SeqCst);
-        if self.waiting.load(Ordering::SeqCst) == 0 {
-            return;
-        }
         let mut state = self.state.lock();
         let keep_free =
             looping && now - state.turn_began < TURN && !self.owner_asleep.load(Ordering::SeqCst);

@@ -18,7 +18,7 @@
 //! still queued are dropped with the channel once the owner's receiver is gone.
 
 use std::any::{Any, TypeId};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -47,9 +47,6 @@ struct ReplySlot<T> {
     answer: Mutex<Option<Answer<T>>>,
     /// The thread that owns this slot (slots are thread-local).
     caller: Thread,
-    /// How long this caller spins for an answer; only the caller touches it (the lock is
-    /// never contended).
-    spin: Mutex<SpinBudget>,
 }
 
 impl<T> ReplySlot<T> {
@@ -100,6 +97,9 @@ impl<T> fmt::Debug for Reply<T> {
 
 thread_local! {
     static SLOTS: RefCell<HashMap<TypeId, Box<dyn Any>>> = RefCell::new(HashMap::new());
+    /// How long this thread spins for an answer. Kept off the slot, whose cache line the
+    /// owner thread writes with every answer.
+    static SPIN: Cell<SpinBudget> = Cell::new(SpinBudget::default());
 }
 
 /// Times a caller that may not spin yields before it parks. Parking costs the owner a
@@ -160,7 +160,6 @@ fn this_threads_slot<T: Send + 'static>() -> Arc<ReplySlot<T>> {
                 parked: AtomicBool::new(false),
                 answer: Mutex::new(None),
                 caller: thread::current(),
-                spin: Mutex::new(SpinBudget::default()),
             }))
         });
         let slot: &Arc<ReplySlot<T>> = slot.downcast_ref().expect("slots are keyed by type");
@@ -175,7 +174,9 @@ fn this_threads_slot<T: Send + 'static>() -> Arc<ReplySlot<T>> {
 fn wait<T>(slot: &ReplySlot<T>, spinners: &AtomicUsize, expect: Expect) {
     let answered = |slot: &ReplySlot<T>| slot.state.load(Ordering::Acquire) != WAITING;
     if spinners.fetch_add(1, Ordering::AcqRel) < max_spinners() {
-        slot.spin.lock().spin(|| answered(slot));
+        let mut budget = SPIN.get();
+        budget.spin(|| answered(slot));
+        SPIN.set(budget);
     }
     spinners.fetch_sub(1, Ordering::AcqRel);
     if expect == Expect::Brief {
