@@ -251,7 +251,9 @@ impl Drop for Store {
 
 /// A cheap, cloneable, blocking handle to a [`Store`]. Every method sends one command to the
 /// owner thread and waits for its answer; all return [`StoreError::Closed`] once the store
-/// is gone. Handles may be used from any number of threads.
+/// is gone. Handles may be used from any number of threads; without a journal, at most one
+/// fewer calls than the machine has cores are in flight at once (the rest wait their turn,
+/// so the owner thread keeps a core), except the waits, which never queue.
 #[derive(Clone, Debug)]
 pub struct StoreHandle {
     inbox: Sender<Command>,
