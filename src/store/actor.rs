@@ -29,7 +29,7 @@ const EXPIRY_BATCH: usize = 64;
 /// Most commands served per wake-up before timers get another turn.
 const COMMAND_BATCH: usize = 256;
 
-/// One message per public handle method; each carries its own reply sender.
+/// One message per public handle method; each carries the [`Reply`] its answer goes to.
 #[derive(Debug)]
 pub(crate) enum Command {
     Create {
@@ -120,7 +120,7 @@ pub(crate) enum Command {
     Shutdown,
 }
 
-/// A parked waiter's reply channel.
+/// A parked waiter's reply.
 #[derive(Debug)]
 pub(crate) enum ReplyTo {
     Task(Reply<Task>),

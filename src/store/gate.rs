@@ -12,8 +12,10 @@
 //! for the first time) hands over at once. A place left free with waiters queued (the
 //! caller stopped right after a quick call) is handed on by the owner thread when it runs
 //! out of work; a caller leaving while the owner sleeps hands over at once. As a last
-//! resort (the owner kept busy by calls that bypass the gate), a waiter takes a free place
-//! itself when it next looks ([`LOOK_AGAIN`]).
+//! resort (the owner kept busy by a mass expiry or by calls that bypass the gate, or gone),
+//! a waiter takes a free place itself when it next looks ([`LOOK_AGAIN`]). With waiters
+//! queued, newcomers queue behind them: only a caller that has just left may take a free
+//! place ahead of them.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -70,6 +72,11 @@ thread_local! {
     static LAST_LEFT: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
+/// True if this thread left a contended gate within [`LOOPING`].
+fn left_just_now() -> bool {
+    LAST_LEFT.get().is_some_and(|left| left.elapsed() < LOOPING)
+}
+
 /// A place in the gate, given back when dropped.
 #[must_use]
 #[derive(Debug)]
@@ -122,11 +129,12 @@ impl Gate {
 
     /// Waits for a place.
     pub(crate) fn enter(&self) -> Pass<'_> {
-        let pass = Pass { gate: self };
-        // A free place may be taken even with waiters queued: a looping caller keeps its
-        // place this way for the rest of its turn.
-        if self.take_place() {
-            return pass;
+        // (A `Pass` is only made once a place is held: dropping it gives one back.)
+        // With waiters queued, only a caller that has just left may take a free place
+        // ahead of them: that is how a looping caller keeps its place for its turn.
+        let may_take = self.waiting.load(Ordering::SeqCst) == 0 || left_just_now();
+        if may_take && self.take_place() {
+            return Pass { gate: self };
         }
         let waiter = {
             let mut state = self.state.lock();
@@ -140,28 +148,28 @@ impl Gate {
             state.queue.push_back(Arc::clone(&waiter));
             self.waiting.fetch_add(1, Ordering::SeqCst);
             // A caller that left after our first look, but before it could see us queued,
-            // freed a place without handing it on: take it.
-            if self.take_place() {
-                state.forget(&waiter, &self.waiting);
-                return pass;
-            }
+            // freed a place without handing it on: it goes to the longest waiter (maybe us).
+            self.admit_free(&mut state);
             waiter
         };
         loop {
+            if waiter.admitted.load(Ordering::Acquire) {
+                return Pass { gate: self };
+            }
             thread::park_timeout(self.look_again);
-            if waiter.admitted.load(Ordering::Acquire) {
-                return pass;
+            if !waiter.admitted.load(Ordering::Acquire) {
+                // A place left free that nobody handed on (also the way in while the owner
+                // is busy with a mass expiry and does not sleep) goes to the longest waiter.
+                let mut state = self.state.lock();
+                self.admit_free(&mut state);
             }
-            let mut state = self.state.lock();
-            if waiter.admitted.load(Ordering::Acquire) {
-                return pass;
-            }
-            if self.take_place() {
-                // A place was left free and nobody handed it on.
-                state.forget(&waiter, &self.waiting);
-                state.turn_began = Instant::now();
-                return pass;
-            }
+        }
+    }
+
+    /// Admits waiters, longest first, into the places that are free.
+    fn admit_free(&self, state: &mut GateState) {
+        while !state.queue.is_empty() && self.take_place() {
+            state.admit_next(&self.waiting);
         }
     }
 
@@ -179,10 +187,7 @@ impl Gate {
         if self.waiting.load(Ordering::SeqCst) == 0 {
             return;
         }
-        let mut state = self.state.lock();
-        while !state.queue.is_empty() && self.take_place() {
-            state.admit_next(&self.waiting);
-        }
+        self.admit_free(&mut self.state.lock());
     }
 
     fn leave(&self) {
@@ -192,12 +197,14 @@ impl Gate {
             // its leaves while others wait (a stale time only makes one handover early).
             return;
         }
+        let looping = left_just_now();
         let now = Instant::now();
-        let looping = LAST_LEFT.get().is_some_and(|left| now - left < LOOPING);
         LAST_LEFT.set(Some(now));
         let mut state = self.state.lock();
-        let keep_free =
-            looping && now - state.turn_began < TURN && !self.owner_asleep.load(Ordering::SeqCst);
+        // `turn_began` may be later than `now` (set by another thread meanwhile).
+        let keep_free = looping
+            && now.saturating_duration_since(state.turn_began) < TURN
+            && !self.owner_asleep.load(Ordering::SeqCst);
         if state.queue.is_empty() || keep_free {
             return;
         }
@@ -215,12 +222,6 @@ impl GateState {
         self.turn_began = Instant::now();
         waiter.admitted.store(true, Ordering::Release);
         waiter.thread.unpark();
-    }
-
-    /// Takes a waiter that found a place by itself off the queue.
-    fn forget(&mut self, waiter: &Arc<Waiter>, waiting: &AtomicUsize) {
-        self.queue.retain(|w| !Arc::ptr_eq(w, waiter));
-        waiting.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -324,6 +325,36 @@ mod tests {
             waiting.join().expect("waiter");
             drop(asleep);
         });
+    }
+
+    #[test]
+    fn newcomers_queue_behind_waiters_even_when_a_place_is_free() {
+        let gate = Gate::with_look_again(1, Duration::from_secs(3600));
+        let order = Mutex::new(Vec::new());
+        let pass = gate.enter();
+        thread::scope(|scope| {
+            let first = scope.spawn(|| {
+                let _pass = gate.enter();
+                order.lock().push("first");
+            });
+            while gate.waiting.load(Ordering::SeqCst) < 1 {
+                std::hint::spin_loop();
+            }
+            // A looping caller early in its turn leaves its place free...
+            LAST_LEFT.set(Some(Instant::now()));
+            gate.state.lock().turn_began = Instant::now();
+            drop(pass);
+            // ...but a newcomer may not take it ahead of the waiter: arriving, it hands
+            // the free place to the waiter and queues (the waiter would otherwise sleep
+            // for an hour, and the test with it).
+            let second = scope.spawn(|| {
+                let _pass = gate.enter();
+                order.lock().push("second");
+            });
+            first.join().expect("first");
+            second.join().expect("second");
+        });
+        assert_eq!(*order.lock(), ["first", "second"]);
     }
 
     #[test]

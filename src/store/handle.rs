@@ -252,8 +252,9 @@ impl Drop for Store {
 /// A cheap, cloneable, blocking handle to a [`Store`]. Every method sends one command to the
 /// owner thread and waits for its answer; all return [`StoreError::Closed`] once the store
 /// is gone. Handles may be used from any number of threads; without a journal, at most one
-/// fewer calls than the machine has cores are in flight at once (the rest wait their turn,
-/// so the owner thread keeps a core), except the waits, which never queue.
+/// fewer calls than the machine has cores (and at least one) are in flight at once (the
+/// rest wait their turn, so the owner thread keeps a core), except the waits, which never
+/// queue.
 #[derive(Clone, Debug)]
 pub struct StoreHandle {
     inbox: Sender<Command>,
@@ -270,7 +271,13 @@ impl StoreHandle {
         make: impl FnOnce(Reply<T>) -> Command,
     ) -> Result<T, StoreError> {
         let _pass = self.gate.as_deref().map(Gate::enter);
-        reply::round_trip(&self.spinners, Expect::Brief, |reply| {
+        // Without a gate there is a journal, and answers wait for its sync (milliseconds).
+        let expect = if self.gate.is_some() {
+            Expect::Brief
+        } else {
+            Expect::Long
+        };
+        reply::round_trip(&self.spinners, expect, |reply| {
             self.inbox.send(make(reply)).is_ok()
         })
     }

@@ -11,7 +11,7 @@
 //! * A reused `bounded(1)` channel still moves several cache lines per answer (its head,
 //!   tail and slot sit on separate lines, and cloning its sender touches a shared counter):
 //!   a bare ping-pong took 0.84 µs, against 0.60 µs with a slot whose flag, answer and
-//!   reference count share one line.
+//!   reference count sit together (on one line, for small answers).
 //!
 //! A caller learns that the store is gone when its [`Reply`] is dropped unanswered: the
 //! owner thread drops every reply it holds when it ends (also by panicking), and commands
@@ -107,14 +107,17 @@ thread_local! {
 /// cycles than parking at once (measured on this project's machines).
 const YIELDS: u32 = 300;
 
-/// Callers of one store allowed to spin at once: one per core. More spinners than cores
-/// starve the owner thread itself (measured: 8 spinning callers on 2 cores served a
-/// quarter of what 2 did); the rest park at once and the owner serves them in batches.
+/// Callers of one store allowed to spin at once: one fewer than the cores (at least one),
+/// since the owner spins too. More spinners than cores starve the owner thread itself
+/// (measured: 8 spinning callers on 2 cores served a quarter of what 2 did); the rest
+/// yield or park and the owner serves them in batches. (Without a journal the gate keeps
+/// callers in flight to the same number.)
 pub(crate) fn max_spinners() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
     *MAX.get_or_init(|| {
         std::thread::available_parallelism()
             .map_or(1, |n| n.get())
+            .saturating_sub(1)
             .max(1)
     })
 }
@@ -167,16 +170,19 @@ fn this_threads_slot<T: Send + 'static>() -> Arc<ReplySlot<T>> {
     })
 }
 
-/// Returns once the slot is no longer `WAITING`: spinning first if fewer than
-/// [`max_spinners`] callers of this store already spin; otherwise, for a brief answer,
-/// yielding the CPU a bounded number of times (with more callers than cores, the owner and
-/// the callers whose answers are ready need it); then parking.
+/// Returns once the slot is no longer `WAITING`: first spinning (for this thread's
+/// [`SpinBudget`]) if fewer than [`max_spinners`] callers of this store already spin; then,
+/// for a brief answer, yielding the CPU a bounded number of times (with more callers than
+/// cores, the owner and the callers whose answers are ready need it); then parking.
 fn wait<T>(slot: &ReplySlot<T>, spinners: &AtomicUsize, expect: Expect) {
     let answered = |slot: &ReplySlot<T>| slot.state.load(Ordering::Acquire) != WAITING;
     if spinners.fetch_add(1, Ordering::AcqRel) < max_spinners() {
         let mut budget = SPIN.get();
         budget.spin(|| answered(slot));
-        SPIN.set(budget);
+        // A long wait usually spins out; it must not teach brief calls to park early.
+        if expect == Expect::Brief {
+            SPIN.set(budget);
+        }
     }
     spinners.fetch_sub(1, Ordering::AcqRel);
     if expect == Expect::Brief {

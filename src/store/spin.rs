@@ -6,8 +6,9 @@
 //! and only then block; an idle store still goes back to sleep and uses no CPU.
 //!
 //! How long is learned per waiter ([`SpinBudget`]): when what it waits for comes within the
-//! budget, the budget follows the wait; when it does not, the budget halves; and every so
-//! often one wait spins the full length, so a budget that shrank can learn to grow again. A thread whose
+//! budget, the budget grows to twice that wait (it never shrinks on a hit); when it does
+//! not, the budget halves; and every so often one wait spins the full length, so a budget
+//! that shrank can learn to grow again. A thread whose
 //! partner is busy elsewhere (say, a client process on the same cores) then stops burning
 //! a CPU that partner needs: over stdio, with the client on one of two cores, fixed
 //! 2,000-spin waits in the server's threads took more CPU than the client had.

@@ -5,8 +5,8 @@
 //! by the hundred thousand: small chunks the allocator keeps on its fast lists and later
 //! consolidates in one go, which measured as single 4-11 ms stalls of the owner thread.
 //! A session's tasks are mostly created in runs, so a block of 64 numbers with a bitmap
-//! holds many of them in one map entry: about 0.3 bytes per task in the common case, 16
-//! in the worst (every block holding a single number).
+//! holds many of them in one map entry: about 0.3 bytes per task in the common case, and
+//! some 25-30 in the worst (every block holding a single number, in tree nodes).
 
 use std::collections::BTreeMap;
 

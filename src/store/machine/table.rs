@@ -71,7 +71,9 @@ impl<W> TaskTable<W> {
         let id = entry.id;
         let had_id = self.by_id.insert(id, seq).is_some();
         let had_seq = self.by_seq.insert(seq, Box::new(entry)).is_some();
-        debug_assert!(!had_id && !had_seq, "task {id} (seq {seq}) inserted twice");
+        // A violation would leave two ids on one entry and later remove the wrong task:
+        // better to stop the owner thread (callers then get `Closed`) than to go on.
+        assert!(!had_id && !had_seq, "task {id} (seq {seq}) inserted twice");
     }
 
     /// Removes task `id`, handing back its sequence number and entry.
@@ -132,7 +134,12 @@ impl Hasher for IdHash {
 
     fn write_u128(&mut self, value: u128) {
         let (high, low) = ((value >> 64) as u64, value as u64);
-        self.state = mix(self.state ^ low, high ^ 0x2d35_8dcc_aa6c_78a5);
+        // The key goes into both factors, so no id makes either factor a known constant.
+        let key = self.state;
+        self.state = mix(
+            key ^ low,
+            high ^ key.rotate_left(32) ^ 0x2d35_8dcc_aa6c_78a5,
+        );
     }
 
     // Only task ids are hashed with this; anything else still hashes soundly.
