@@ -13,9 +13,10 @@
 //! caller stopped right after a quick call) is handed on by the owner thread when it runs
 //! out of work; a caller leaving while the owner sleeps hands over at once. As a last
 //! resort (the owner kept busy by a mass expiry or by calls that bypass the gate, or gone),
-//! a waiter takes a free place itself when it next looks ([`LOOK_AGAIN`]). With waiters
-//! queued, newcomers queue behind them: only a caller that has just left may take a free
-//! place ahead of them.
+//! a waiting caller hands a free place to the longest waiter when it next looks
+//! ([`LOOK_AGAIN`]). With waiters queued, newcomers queue behind them (and hand a free
+//! place they find to the longest waiter): only a caller that has just left may take a
+//! free place ahead of them.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
