@@ -13,6 +13,7 @@
 //! ```text
 //! cargo run --release --example compare            # everything but memory
 //! cargo run --release --example compare -- mem ours 0 1000000    # one memory figure
+//! cargo run --release --example compare -- cycle ours 100000 8   # one cycle figure
 //! ```
 //!
 //! Cycle workloads (`create -> get -> store_result -> get_result`) run in chunks of
