@@ -355,13 +355,21 @@ impl<W> StoreMachine<W> {
             let Some(index) = self.sessions.get(&key) else {
                 return Ok(TaskPage::default());
             };
-            let due: Vec<TaskId> = index
-                .range_from(from)
-                .take(page_size + 1)
-                .map(|seq| self.tasks.by_seq(seq).expect("indexed tasks exist"))
-                .filter(|entry| entry.is_due(now))
-                .map(|entry| entry.id)
-                .collect();
+            let mut tasks = Vec::with_capacity(page_size.min(index.len()));
+            let mut due = Vec::new();
+            let mut last_seq = None;
+            let mut more = false;
+            for (i, seq) in index.range_from(from).take(page_size + 1).enumerate() {
+                let entry = self.tasks.by_seq(seq).expect("indexed tasks exist");
+                if entry.is_due(now) {
+                    due.push(entry.id);
+                } else if i < page_size {
+                    tasks.push(self.snapshot(entry.id, entry));
+                    last_seq = Some(seq);
+                } else {
+                    more = true;
+                }
+            }
             if !due.is_empty() {
                 // Settled tasks are either gone or no longer due, so this loop ends.
                 for id in due {
@@ -369,16 +377,8 @@ impl<W> StoreMachine<W> {
                 }
                 continue;
             }
-            let mut tasks = Vec::with_capacity(page_size.min(index.len()));
-            let mut last_seq = None;
-            let mut window = index.range_from(from);
-            for seq in window.by_ref().take(page_size) {
-                let entry = self.tasks.by_seq(seq).expect("indexed tasks exist");
-                tasks.push(self.snapshot(entry.id, entry));
-                last_seq = Some(seq);
-            }
-            let next_cursor = match (window.next(), last_seq) {
-                (Some(_), Some(seq)) => Some(self.encode_cursor(seq, session)),
+            let next_cursor = match (more, last_seq) {
+                (true, Some(seq)) => Some(self.encode_cursor(seq, session)),
                 _ => None,
             };
             return Ok(TaskPage { tasks, next_cursor });
