@@ -282,21 +282,35 @@ mod tests {
         }
     }
 
+    /// A gate whose waiters never look again by themselves within a test: a waiter only
+    /// gets in if someone lets it in (or the test hangs, which is the failure).
+    fn patient_gate() -> Gate {
+        Gate::with_look_again(1, Duration::from_secs(3600))
+    }
+
+    /// Waits (without sleeping) until `n` callers are queued.
+    fn until_queued(gate: &Gate, n: usize) {
+        while gate.waiting.load(Ordering::SeqCst) < n {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Leaves as a caller calling in a loop, early in its turn (it keeps its place free).
+    fn leave_looping(gate: &Gate, pass: Pass<'_>) {
+        LAST_LEFT.set(Some(Instant::now()));
+        gate.state.lock().turn_began = Instant::now();
+        drop(pass);
+    }
+
     #[test]
     fn a_one_off_caller_hands_its_place_over_at_once() {
-        let gate = Gate::with_look_again(1, Duration::from_secs(3600));
+        let gate = patient_gate();
         let pass = gate.enter();
         thread::scope(|scope| {
-            let waiting = scope.spawn(|| {
-                let _pass = gate.enter();
-            });
-            // Wait (without sleeping) until the other thread is queued.
-            while gate.state.lock().queue.is_empty() {
-                std::hint::spin_loop();
-            }
+            let waiting = scope.spawn(|| drop(gate.enter()));
+            until_queued(&gate, 1);
             drop(pass); // not looping: admits the waiter now
             assert!(gate.state.lock().queue.is_empty(), "admitted");
-            // It would sleep for an hour had nobody let it in.
             waiting.join().expect("waiter");
         });
         assert_eq!(gate.inside.load(Ordering::SeqCst), 0);
@@ -304,25 +318,16 @@ mod tests {
 
     #[test]
     fn the_owner_hands_on_a_place_left_free() {
-        // The waiter never looks again by itself within the test.
-        let gate = Gate::with_look_again(1, Duration::from_secs(3600));
+        let gate = patient_gate();
         let pass = gate.enter();
         thread::scope(|scope| {
-            let waiting = scope.spawn(|| {
-                let _pass = gate.enter();
-            });
-            while gate.state.lock().queue.is_empty() {
-                std::hint::spin_loop();
-            }
-            // A looping caller early in its turn leaves without handing over...
-            LAST_LEFT.set(Some(Instant::now()));
-            gate.state.lock().turn_began = Instant::now();
-            drop(pass);
+            let waiting = scope.spawn(|| drop(gate.enter()));
+            until_queued(&gate, 1);
+            leave_looping(&gate, pass);
             assert_eq!(gate.state.lock().queue.len(), 1, "still waiting");
-            // ...and the owner, about to sleep, lets the waiter in.
+            // The owner, about to sleep, lets the waiter in.
             let asleep = gate.owner_sleeps();
             assert!(gate.state.lock().queue.is_empty(), "admitted");
-            // It would sleep for an hour had nobody let it in.
             waiting.join().expect("waiter");
             drop(asleep);
         });
@@ -330,7 +335,7 @@ mod tests {
 
     #[test]
     fn newcomers_queue_behind_waiters_even_when_a_place_is_free() {
-        let gate = Gate::with_look_again(1, Duration::from_secs(3600));
+        let gate = patient_gate();
         let order = Mutex::new(Vec::new());
         let pass = gate.enter();
         thread::scope(|scope| {
@@ -338,16 +343,11 @@ mod tests {
                 let _pass = gate.enter();
                 order.lock().push("first");
             });
-            while gate.waiting.load(Ordering::SeqCst) < 1 {
-                std::hint::spin_loop();
-            }
-            // A looping caller early in its turn leaves its place free...
-            LAST_LEFT.set(Some(Instant::now()));
-            gate.state.lock().turn_began = Instant::now();
-            drop(pass);
-            // ...but a newcomer may not take it ahead of the waiter: arriving, it hands
-            // the free place to the waiter and queues (the waiter would otherwise sleep
-            // for an hour, and the test with it).
+            until_queued(&gate, 1);
+            leave_looping(&gate, pass);
+            // A newcomer may not take the free place ahead of the waiter: arriving, it
+            // hands it to the waiter and queues (the waiter would otherwise sleep for an
+            // hour, and the test with it).
             let second = scope.spawn(|| {
                 let _pass = gate.enter();
                 order.lock().push("second");
@@ -360,19 +360,13 @@ mod tests {
 
     #[test]
     fn a_looping_caller_hands_over_at_once_while_the_owner_sleeps() {
-        let gate = Gate::with_look_again(1, Duration::from_secs(3600));
+        let gate = patient_gate();
         let asleep = gate.owner_sleeps();
         let pass = gate.enter();
         thread::scope(|scope| {
-            let waiting = scope.spawn(|| {
-                let _pass = gate.enter();
-            });
-            while gate.state.lock().queue.is_empty() {
-                std::hint::spin_loop();
-            }
-            LAST_LEFT.set(Some(Instant::now()));
-            gate.state.lock().turn_began = Instant::now();
-            drop(pass);
+            let waiting = scope.spawn(|| drop(gate.enter()));
+            until_queued(&gate, 1);
+            leave_looping(&gate, pass);
             assert!(gate.state.lock().queue.is_empty(), "admitted");
             waiting.join().expect("waiter");
         });
