@@ -14,6 +14,7 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -28,11 +29,35 @@ function report(server, workload, value, unit) {
     console.log(`RESULT ${server} ${workload} ${value.toFixed(3)} ${unit}`);
 }
 
+/** CPU seconds used so far by every thread of process `pid` (Linux: /proc/<pid>/stat). */
+function processCpu(pid) {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name (which may hold spaces) start at field 3; utime and
+    // stime are fields 14 and 15, in clock ticks (100 per second on Linux).
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+/** Runs `work` and reports how busy the client (this process) and the server were. */
+async function withCpu(server, workload, pid, work) {
+    const wall0 = performance.now();
+    const client0 = process.cpuUsage();
+    const server0 = processCpu(pid);
+    const value = await work();
+    const wall = (performance.now() - wall0) / 1000;
+    const client = process.cpuUsage(client0);
+    const clientCpu = (client.user + client.system) / 1e6;
+    const serverCpu = processCpu(pid) - server0;
+    const pct = (cpu) => `${Math.round((100 * cpu) / wall)}%`;
+    console.log(`NOTE ${server} ${workload}: client CPU ${pct(clientCpu)} of one core, server CPU ${pct(serverCpu)}`);
+    return value;
+}
+
 async function connect(command, args) {
     const transport = new StdioClientTransport({ command, args, env: { ...process.env }, stderr: 'ignore' });
     const client = new Client({ name: 'mcp-task-store-bench', version: '0.1.0' }, { capabilities: {} });
     await client.connect(transport, TIMEOUT);
-    return client;
+    return { client, pid: transport.pid };
 }
 
 async function createTask(tasks) {
@@ -67,14 +92,14 @@ async function rate(op, ms) {
 }
 
 async function bench(name, command, args) {
-    const client = await connect(command, args);
+    const { client, pid } = await connect(command, args);
     const tasks = client.experimental.tasks;
     try {
-        const lifecycles = await rate(async () => {
+        const lifecycles = await withCpu(name, 'lifecycle', pid, () => rate(async () => {
             const task = await createTask(tasks);
             const result = await tasks.getTaskResult(task.taskId, CallToolResultSchema, TIMEOUT);
             if (result.content?.[0]?.text !== 'slept 0 ms') throw new Error(`unexpected result ${JSON.stringify(result)}`);
-        }, LIFECYCLE_MS);
+        }, LIFECYCLE_MS));
         report(name, 'lifecycle_8_inflight', lifecycles, 'lifecycles/s');
 
         const ids = [];
@@ -84,10 +109,10 @@ async function bench(name, command, args) {
             ids.push(task.taskId);
         }
         let k = 0;
-        const gets = await rate(async () => {
+        const gets = await withCpu(name, 'tasks_get', pid, () => rate(async () => {
             const t = await tasks.getTask(ids[k++ % ids.length], TIMEOUT);
             if (t.status !== 'completed') throw new Error(`unexpected status ${t.status}`);
-        }, GET_MS);
+        }, GET_MS));
         report(name, 'tasks_get_8_inflight', gets, 'requests/s');
     } finally {
         await client.close();

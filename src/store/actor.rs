@@ -1,6 +1,7 @@
-//! The owner thread: the only place that holds the machine, reads the clock and talks to
-//! channels. Right after serving it polls its inbox briefly (see `spin`); otherwise it
-//! sleeps until the next command or the next wheel deadline, so an idle store costs nothing.
+//! The owner thread: the only place that changes the machine (callers may read it, see
+//! `shared`) and that serves commands. Right after serving it polls its inbox briefly (see
+//! `spin`); otherwise it sleeps until the next command or the next wheel deadline, so an
+//! idle store costs nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,13 +9,14 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
 use serde_json::Value;
 
-use super::clock::{Millis, Now, TimeSource};
+use super::clock::{Millis, Now};
 use super::config::duration_ms;
 use super::gate::Gate;
 use super::journal::{Journal, Record};
 use super::machine::{StoreMachine, StoreStats, Wake, WakeOutcome};
 use super::record::Change;
 pub(crate) use super::reply::Reply;
+use super::shared::{Shared, Writing};
 use super::spin::{spin_recv, SpinBudget, Spun};
 use super::token::CancelToken;
 use crate::model::{
@@ -134,16 +136,25 @@ struct Subscriber {
 }
 
 pub(crate) struct StoreActor {
-    machine: StoreMachine<ReplyTo>,
-    time: TimeSource,
-    subscribers: Vec<Subscriber>,
-    /// With a journal, replies wait here until their batch is durable (group commit).
-    journal: Option<Journal>,
-    held: Vec<Held>,
+    /// The machine (written only here) and the clock.
+    shared: Arc<Shared>,
+    out: Outbox,
     /// The handles' admission gate, if any: opened for waiters before the thread sleeps.
     gate: Option<Arc<Gate>>,
     /// How long to poll the inbox after serving, before sleeping.
     spin: SpinBudget,
+}
+
+/// Everything the owner thread sends out: answers (held back for the journal's sync when
+/// there is one), wake-ups of parked waiters, events for subscribers.
+struct Outbox {
+    subscribers: Vec<Subscriber>,
+    /// With a journal, replies wait here until their batch is durable (group commit).
+    journal: Option<Journal>,
+    held: Vec<Held>,
+    /// Wake-ups taken from the machine under the lock, answered after releasing it
+    /// (kept to reuse its allocation).
+    wakes: Vec<Wake<ReplyTo>>,
 }
 
 /// A reply held back until its batch is durable.
@@ -154,17 +165,18 @@ const RECORD_BYTES_ESTIMATE: u64 = 256;
 
 impl StoreActor {
     pub(crate) fn new(
-        machine: StoreMachine<ReplyTo>,
-        time: TimeSource,
+        shared: Arc<Shared>,
         journal: Option<Journal>,
         gate: Option<Arc<Gate>>,
     ) -> StoreActor {
         StoreActor {
-            machine,
-            time,
-            subscribers: Vec::new(),
-            journal,
-            held: Vec::new(),
+            shared,
+            out: Outbox {
+                subscribers: Vec::new(),
+                journal,
+                held: Vec::new(),
+                wakes: Vec::new(),
+            },
             gate,
             spin: SpinBudget::default(),
         }
@@ -173,21 +185,25 @@ impl StoreActor {
     /// Writes what recovery changed (tasks failed or expired while the process was down)
     /// before the store serves anyone.
     pub(crate) fn settle_recovery(&mut self) -> Result<(), StoreError> {
-        let now = self.time.now();
-        while self.machine.handle_timeout(now, usize::MAX) {}
-        if self.journal.as_ref().is_some_and(Journal::is_empty) {
-            let (key, seq) = (self.machine.cursor_key(), self.machine.next_seq());
-            let journal = self.journal.as_mut().expect("checked");
+        let now = self.shared.time().now();
+        let mut m = self.shared.write();
+        while m.handle_timeout(now, usize::MAX) {}
+        if self.out.journal.as_ref().is_some_and(Journal::is_empty) {
+            let (key, seq) = (m.cursor_key(), m.next_seq());
+            let journal = self.out.journal.as_mut().expect("checked");
             journal
                 .write_header(key, seq)
                 .map_err(|e| StoreError::Journal(format!("cannot write: {e}")))?;
         }
+        drop(m);
         self.commit()
             .map_err(|e| StoreError::Journal(format!("cannot write: {e}")))
     }
 
     /// Serves commands until `Shutdown` or until every sender is gone.
     pub(crate) fn run(mut self, inbox: Receiver<Command>) {
+        // However this ends, panics included, waiters and readers hear `Closed` from then on.
+        let _closing = CloseOnDrop(Arc::clone(&self.shared));
         let mut more_due = false;
         let mut busy = false;
         loop {
@@ -195,8 +211,10 @@ impl StoreActor {
                 return;
             };
             busy = first.is_some();
-            let batch_start = self.time.now();
-            more_due = self.machine.handle_timeout(batch_start, EXPIRY_BATCH);
+            let batch_start = self.shared.time().now();
+            let mut m = self.shared.write();
+            more_due = m.handle_timeout(batch_start, EXPIRY_BATCH);
+            self.out.release_unless_journaled(m);
             let mut next = first;
             let mut stop = false;
             for served in 0..COMMAND_BATCH {
@@ -208,7 +226,7 @@ impl StoreActor {
                 let now = if served == 0 {
                     batch_start
                 } else {
-                    self.time.now()
+                    self.shared.time().now()
                 };
                 if !self.apply(now, command) {
                     stop = true;
@@ -217,7 +235,7 @@ impl StoreActor {
                 next = inbox.try_recv().ok();
             }
             if let Some(command) = next {
-                stop |= !self.apply(self.time.now(), command);
+                stop |= !self.apply(self.shared.time().now(), command);
             }
             if let Err(e) = self.commit() {
                 // Nothing of this batch may be acknowledged: stop, and every caller waiting
@@ -234,14 +252,15 @@ impl StoreActor {
     /// Ends a batch: with a journal, writes the batch's changes and syncs once, then
     /// releases the held replies; then hands out wake-ups and events.
     fn commit(&mut self) -> std::io::Result<()> {
-        if let Some(journal) = &mut self.journal {
-            let changes = self.machine.take_changes();
+        if let Some(journal) = &mut self.out.journal {
+            let mut m = self.shared.write();
+            let changes = m.take_changes();
             for (id, change) in &changes {
                 let record = match change {
                     Change::Removed => Record::Remove { id: *id },
                     Change::Created | Change::Updated => {
                         let with_origin = *change == Change::Created;
-                        match self.machine.record(*id, with_origin) {
+                        match m.record(*id, with_origin) {
                             Some(task) => Record::Put(task),
                             None => Record::Remove { id: *id },
                         }
@@ -254,35 +273,25 @@ impl StoreActor {
             if !changes.is_empty() {
                 journal.commit()?;
             }
-            let live = self.machine.len() as u64 * RECORD_BYTES_ESTIMATE;
+            let live = m.len() as u64 * RECORD_BYTES_ESTIMATE;
             if journal.should_compact(live) {
                 let before = journal.log_bytes();
-                let tasks = self.machine.records();
-                let (key, seq) = (self.machine.cursor_key(), self.machine.next_seq());
+                let tasks = m.records();
+                let (key, seq) = (m.cursor_key(), m.next_seq());
                 journal.compact(key, seq, &tasks)?;
                 log::info!(
                     "compacted the journal: {before} bytes of log -> {} tasks in a snapshot",
                     tasks.len()
                 );
             }
-            for held in self.held.drain(..) {
+            drop(m);
+            for held in self.out.held.drain(..) {
                 held();
             }
+            self.out.release(self.shared.write());
         }
-        self.flush();
+        // Without a journal everything went out as it happened: the lock stays free.
         Ok(())
-    }
-
-    /// Answers a command: at once without a journal, after the batch's sync with one.
-    fn reply<T: Send + 'static>(&mut self, reply: Reply<T>, result: Result<T, StoreError>) {
-        if self.journal.is_some() {
-            self.held.push(Box::new(move || send(reply, result)));
-        } else {
-            // Wake-ups and events first: when a call returns, what it caused has been
-            // handed to waiters and subscribers.
-            self.flush();
-            send(reply, result);
-        }
     }
 
     /// `None` when the store must stop; `Some(None)` when a deadline (or pending expiry
@@ -316,10 +325,15 @@ impl StoreActor {
         // About to sleep: a caller that left its place free without handing it on must not
         // keep a waiter out while the store idles.
         let _asleep = self.gate.as_deref().map(Gate::owner_sleeps);
-        let deadline = self.machine.poll_timeout().filter(|_| self.time.is_real());
+        let time = self.shared.time();
+        let deadline = self
+            .shared
+            .look(StoreMachine::poll_timeout)
+            .flatten()
+            .filter(|_| time.is_real());
         match deadline {
             None => inbox.recv().ok().map(Some),
-            Some(at) => match inbox.recv_deadline(self.time.instant_of(at)) {
+            Some(at) => match inbox.recv_deadline(time.instant_of(at)) {
                 Ok(command) => Some(Some(command)),
                 Err(RecvTimeoutError::Timeout) => Some(None),
                 Err(RecvTimeoutError::Disconnected) => None,
@@ -327,9 +341,11 @@ impl StoreActor {
         }
     }
 
-    /// Applies one command; false on `Shutdown`.
+    /// Applies one command; false on `Shutdown`. The machine is locked for the command
+    /// alone and released before anyone hears of it.
     fn apply(&mut self, now: Now, command: Command) -> bool {
-        let m = &mut self.machine;
+        let mut m = self.shared.write();
+        let out = &mut self.out;
         match command {
             Command::Create { id, req, reply } => {
                 let mut result = m.create(now, id, req.clone());
@@ -338,19 +354,19 @@ impl StoreActor {
                 {
                     result = m.create(now, TaskId::random(), req.clone());
                 }
-                self.reply(reply, result);
+                out.answer(m, reply, result);
             }
             Command::Get { id, session, reply } => {
                 let result = m.get(now, id, session.as_ref());
-                self.reply(reply, result);
+                out.answer(m, reply, result);
             }
             Command::GetDetail { id, session, reply } => {
                 let result = m.get_detail(now, id, session.as_ref());
-                self.reply(reply, result);
+                out.answer(m, reply, result);
             }
             Command::GetResult { id, session, reply } => {
                 let result = m.get_result(now, id, session.as_ref());
-                self.reply(reply, result);
+                out.answer(m, reply, result);
             }
             Command::List {
                 session,
@@ -358,7 +374,7 @@ impl StoreActor {
                 reply,
             } => {
                 let result = m.list(now, session.as_ref(), cursor.as_deref());
-                self.reply(reply, result);
+                out.answer(m, reply, result);
             }
             Command::UpdateStatus {
                 id,
@@ -368,7 +384,7 @@ impl StoreActor {
                 reply,
             } => {
                 let result = m.update_status(now, id, session.as_ref(), status, message);
-                self.reply(reply, result);
+                out.answer(m, reply, result);
             }
             Command::StoreResult {
                 id,
@@ -379,7 +395,7 @@ impl StoreActor {
                 reply,
             } => {
                 let result = m.store_result(now, id, session.as_ref(), status, outcome, message);
-                self.reply(reply, result);
+                out.answer(m, reply, result);
             }
             Command::Cancel {
                 id,
@@ -388,7 +404,7 @@ impl StoreActor {
                 reply,
             } => {
                 let result = m.cancel(now, id, session.as_ref(), message);
-                self.reply(reply, result);
+                out.answer(m, reply, result);
             }
             Command::SetInputRequests {
                 id,
@@ -397,7 +413,7 @@ impl StoreActor {
                 reply,
             } => {
                 let result = m.set_input_requests(now, id, session.as_ref(), requests);
-                self.reply(reply, result);
+                out.answer(m, reply, result);
             }
             Command::ResolveInput {
                 id,
@@ -406,11 +422,11 @@ impl StoreActor {
                 reply,
             } => {
                 let result = m.resolve_input(now, id, session.as_ref(), responses);
-                self.reply(reply, result);
+                out.answer(m, reply, result);
             }
             Command::CancelToken { id, session, reply } => {
                 let result = m.cancel_token(now, id, session.as_ref());
-                self.reply(reply, result);
+                out.answer(m, reply, result);
             }
             Command::WaitTerminal {
                 id,
@@ -420,6 +436,7 @@ impl StoreActor {
             } => {
                 let deadline = deadline_after(now, timeout);
                 m.wait_terminal(now, id, session.as_ref(), deadline, ReplyTo::Task(reply));
+                out.release_unless_journaled(m);
             }
             Command::WaitInput {
                 id,
@@ -437,31 +454,73 @@ impl StoreActor {
                     deadline,
                     ReplyTo::Value(reply),
                 );
+                out.release_unless_journaled(m);
             }
             Command::Subscribe { reply } => {
                 let (events, receiver) = crossbeam_channel::bounded(m.config().event_buffer);
                 m.set_events_enabled(true);
-                self.subscribers.push(Subscriber { events, missed: 0 });
-                self.reply(reply, Ok(receiver));
+                out.subscribers.push(Subscriber { events, missed: 0 });
+                out.answer(m, reply, Ok(receiver));
             }
             Command::Stats { reply } => {
                 let stats = m.stats();
-                self.reply(reply, Ok(stats));
+                out.answer(m, reply, Ok(stats));
             }
             Command::Sync { reply } => {
                 // A barrier: everything due by the clock's current reading (every command
                 // reads it afresh) happens first.
-                while self.machine.handle_timeout(now, usize::MAX) {}
-                self.reply(reply, Ok(()));
+                while m.handle_timeout(now, usize::MAX) {}
+                out.answer(m, reply, Ok(()));
             }
             Command::Shutdown => return false,
         }
         true
     }
+}
 
-    /// Hands answers to parked waiters and events to subscribers; never blocks.
-    fn flush(&mut self) {
-        while let Some(Wake { token, outcome }) = self.machine.poll_wake() {
+impl Outbox {
+    /// Answers a command: at once without a journal, after the batch's sync with one.
+    /// Takes the machine's lock so as to release it before the caller hears anything.
+    fn answer<T: Send + 'static>(
+        &mut self,
+        m: Writing<'_>,
+        reply: Reply<T>,
+        result: Result<T, StoreError>,
+    ) {
+        if self.journal.is_some() {
+            drop(m);
+            self.held.push(Box::new(move || send(reply, result)));
+        } else {
+            // Wake-ups and events first: when a call returns, what it caused has been
+            // handed to waiters and subscribers.
+            self.release(m);
+            send(reply, result);
+        }
+    }
+
+    /// Without a journal, sends out what the machine produced (see `release`); with one,
+    /// that waits for the batch's sync.
+    fn release_unless_journaled(&mut self, m: Writing<'_>) {
+        if self.journal.is_none() {
+            self.release(m);
+        }
+    }
+
+    /// Hands events to subscribers (never blocking), releases the machine, then answers
+    /// the waiters it woke (unparking threads is best done without the lock).
+    fn release(&mut self, mut m: Writing<'_>) {
+        while let Some(wake) = m.poll_wake() {
+            self.wakes.push(wake);
+        }
+        while let Some(event) = m.poll_event() {
+            self.subscribers
+                .retain_mut(|subscriber| deliver(subscriber, &event));
+            if self.subscribers.is_empty() {
+                m.set_events_enabled(false);
+            }
+        }
+        drop(m);
+        for Wake { token, outcome } in self.wakes.drain(..) {
             match (token, outcome) {
                 (ReplyTo::Task(reply), WakeOutcome::Terminal(result)) => send(reply, result),
                 (ReplyTo::Value(reply), WakeOutcome::Input(result)) => send(reply, result),
@@ -472,13 +531,15 @@ impl StoreActor {
                 }
             }
         }
-        while let Some(event) = self.machine.poll_event() {
-            self.subscribers
-                .retain_mut(|subscriber| deliver(subscriber, &event));
-            if self.subscribers.is_empty() {
-                self.machine.set_events_enabled(false);
-            }
-        }
+    }
+}
+
+/// Closes the shared machine when the owner thread ends, however it ends.
+struct CloseOnDrop(Arc<Shared>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
     }
 }
 

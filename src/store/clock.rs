@@ -1,4 +1,5 @@
-//! Time sources. Only the actor reads a clock; the machine is handed [`Now`] values.
+//! Time sources. The owner thread reads the clock for every command, and callers read it
+//! for the reads they serve themselves (see `shared`); the machine is handed [`Now`] values.
 
 use std::fmt;
 use std::sync::Arc;
@@ -41,7 +42,9 @@ impl Now {
     }
 }
 
-/// A source of time for the store's owner thread.
+/// A source of time for the store. Read on the owner thread, and on callers' threads by
+/// `get`, `get_detail` and `get_result` (to tell whether a task's deadline has passed);
+/// it must not panic.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// Monotonic time.
     fn now(&self) -> Instant;

@@ -11,13 +11,14 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::Value;
 
-use super::actor::{Command, Reply, StoreActor};
-use super::clock::{Clock, SystemClock, TimeSource};
+use super::actor::{Command, Reply, ReplyTo, StoreActor};
+use super::clock::{Clock, Now, SystemClock, TimeSource};
 use super::config::{ExpiryPolicy, StoreConfig};
 use super::gate::Gate;
 use super::journal::{Journal, JournalConfig};
 use super::machine::{StoreMachine, StoreStats};
 use super::reply::{self, Expect};
+use super::shared::Shared;
 use super::token::CancelToken;
 use crate::model::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, StoreEvent, Task,
@@ -164,7 +165,11 @@ impl StoreBuilder {
         let gate = journal
             .is_none()
             .then(|| Arc::new(Gate::for_this_machine()));
-        let mut actor = StoreActor::new(machine, time, journal, gate.clone());
+        let shared = Arc::new(Shared::new(machine, time));
+        // Reads on the callers' threads only without a journal: with one, the machine runs
+        // ahead of the disk until each batch's sync.
+        let reads = journal.is_none().then(|| Arc::clone(&shared));
+        let mut actor = StoreActor::new(shared, journal, gate.clone());
         actor.settle_recovery()?;
         // Unbounded on purpose: when the owner thread ends (also by panicking) and drops
         // its receiver, this channel flavour drops the commands still queued, and with
@@ -178,6 +183,7 @@ impl StoreBuilder {
         Ok(Store {
             handle: StoreHandle {
                 inbox: inbox_tx,
+                reads,
                 gate,
                 spinners: Arc::new(AtomicUsize::new(0)),
             },
@@ -250,14 +256,18 @@ impl Drop for Store {
 }
 
 /// A cheap, cloneable, blocking handle to a [`Store`]. Every method sends one command to the
-/// owner thread and waits for its answer; all return [`StoreError::Closed`] once the store
-/// is gone. Handles may be used from any number of threads; without a journal, at most one
+/// owner thread and waits for its answer, except the reads (`get`, `get_detail`,
+/// `get_result`) of a store without a journal, which read the owner's state on the calling
+/// thread when that changes nothing; all return [`StoreError::Closed`] once the store is
+/// gone. Handles may be used from any number of threads; without a journal, at most one
 /// fewer calls than the machine has cores (and at least one) are in flight at once (the
 /// rest wait their turn, so the owner thread keeps a core), except the waits, which never
 /// queue.
 #[derive(Clone, Debug)]
 pub struct StoreHandle {
     inbox: Sender<Command>,
+    /// The owner's state, for reads on the calling thread (none with a journal).
+    reads: Option<Arc<Shared>>,
     /// Limits the callers in flight (none with a journal).
     gate: Option<Arc<Gate>>,
     /// Callers of this store spinning for an answer right now (shared by all handles).
@@ -277,9 +287,10 @@ impl StoreHandle {
         } else {
             Expect::Long
         };
-        reply::round_trip(&self.spinners, expect, |reply| {
+        let answer = reply::round_trip(&self.spinners, expect, |reply| {
             self.inbox.send(make(reply)).is_ok()
-        })
+        });
+        self.note(answer)
     }
 
     /// One command that waits for something to happen to a task (not gated: it may take
@@ -288,9 +299,18 @@ impl StoreHandle {
         &self,
         make: impl FnOnce(Reply<T>) -> Command,
     ) -> Result<T, StoreError> {
-        reply::round_trip(&self.spinners, Expect::Long, |reply| {
+        let answer = reply::round_trip(&self.spinners, Expect::Long, |reply| {
             self.inbox.send(make(reply)).is_ok()
-        })
+        });
+        self.note(answer)
+    }
+
+    /// Passes an answer on; a `Closed` one also closes reads on every thread (see `shared`).
+    fn note<T>(&self, answer: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let (Err(StoreError::Closed), Some(shared)) = (&answer, &self.reads) {
+            shared.heard_closed();
+        }
+        answer
     }
 
     /// Creates a task (status `working`, fresh random id). It is visible to `get` before
@@ -300,8 +320,20 @@ impl StoreHandle {
         self.call(|reply| Command::Create { id, req, reply })
     }
 
+    /// A read served on the calling thread, if this store allows it and it changes nothing
+    /// (see `shared`); `None` sends it to the owner thread.
+    fn read<T>(
+        &self,
+        peek: impl FnOnce(&StoreMachine<ReplyTo>, Now) -> Option<Result<T, StoreError>>,
+    ) -> Option<Result<T, StoreError>> {
+        self.reads.as_deref()?.read(peek)
+    }
+
     /// The task, or `NotFound` for unknown, foreign-session or expired ids.
     pub fn get(&self, id: TaskId, session: Option<&SessionId>) -> Result<Task, StoreError> {
+        if let Some(answer) = self.read(|m, now| m.peek(now, id, session)) {
+            return answer;
+        }
         let session = session.cloned();
         self.call(|reply| Command::Get { id, session, reply })
     }
@@ -312,6 +344,9 @@ impl StoreHandle {
         id: TaskId,
         session: Option<&SessionId>,
     ) -> Result<TaskDetail, StoreError> {
+        if let Some(answer) = self.read(|m, now| m.peek_detail(now, id, session)) {
+            return answer;
+        }
         let session = session.cloned();
         self.call(|reply| Command::GetDetail { id, session, reply })
     }
@@ -360,6 +395,9 @@ impl StoreHandle {
         id: TaskId,
         session: Option<&SessionId>,
     ) -> Result<TaskResult, StoreError> {
+        if let Some(answer) = self.read(|m, now| m.peek_result(now, id, session)) {
+            return answer;
+        }
         let session = session.cloned();
         self.call(|reply| Command::GetResult { id, session, reply })
     }

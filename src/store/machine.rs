@@ -299,17 +299,7 @@ impl<W> StoreMachine<W> {
     ) -> Result<TaskDetail, StoreError> {
         self.settle(id, now);
         let entry = self.visible(id, session)?;
-        Ok(TaskDetail {
-            task: self.snapshot(id, entry),
-            session: entry.session.clone(),
-            origin: entry.origin.clone(),
-            input_requests: entry
-                .extra
-                .as_ref()
-                .map(|x| x.pending.clone())
-                .unwrap_or_default(),
-            outcome: entry.outcome.clone(),
-        })
+        Ok(self.detail(id, entry))
     }
 
     /// The stored outcome of a `completed` or `failed` task.
@@ -321,14 +311,57 @@ impl<W> StoreMachine<W> {
     ) -> Result<TaskResult, StoreError> {
         self.settle(id, now);
         let entry = self.visible(id, session)?;
-        match &entry.outcome {
-            Some(outcome) => Ok(TaskResult {
-                task: self.snapshot(id, entry),
-                outcome: outcome.clone(),
-            }),
-            None => Err(StoreError::NoResult {
-                status: entry.status,
-            }),
+        self.result_of(id, entry)
+    }
+
+    // ----- reads that change nothing ------------------------------------------------
+
+    /// What [`get`](Self::get) would answer at `now`, without changing anything; `None`
+    /// when the task's deadline has passed, because then only `get` may answer (it settles
+    /// the task first). Callers on other threads read through this while the owner holds
+    /// the machine for writing only.
+    pub fn peek(
+        &self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+    ) -> Option<Result<Task, StoreError>> {
+        self.peek_with(now, id, session, |m, entry| Ok(m.snapshot(id, entry)))
+    }
+
+    /// [`get_detail`](Self::get_detail) without side effects, as [`peek`](Self::peek).
+    pub fn peek_detail(
+        &self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+    ) -> Option<Result<TaskDetail, StoreError>> {
+        self.peek_with(now, id, session, |m, entry| Ok(m.detail(id, entry)))
+    }
+
+    /// [`get_result`](Self::get_result) without side effects, as [`peek`](Self::peek).
+    pub fn peek_result(
+        &self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+    ) -> Option<Result<TaskResult, StoreError>> {
+        self.peek_with(now, id, session, |m, entry| m.result_of(id, entry))
+    }
+
+    fn peek_with<R>(
+        &self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+        render: impl FnOnce(&Self, &Entry<W>) -> Result<R, StoreError>,
+    ) -> Option<Result<R, StoreError>> {
+        match self.tasks.get(&id) {
+            Some(entry) if entry.is_due(now) => None,
+            _ => Some(
+                self.visible(id, session)
+                    .and_then(|entry| render(self, entry)),
+            ),
         }
     }
 
@@ -917,6 +950,32 @@ impl<W> StoreMachine<W> {
             last_updated_at: entry.last_updated_at,
             ttl: entry.ttl,
             poll_interval: Some(self.poll_interval_ms),
+        }
+    }
+
+    fn detail(&self, id: TaskId, entry: &Entry<W>) -> TaskDetail {
+        TaskDetail {
+            task: self.snapshot(id, entry),
+            session: entry.session.clone(),
+            origin: entry.origin.clone(),
+            input_requests: entry
+                .extra
+                .as_ref()
+                .map(|x| x.pending.clone())
+                .unwrap_or_default(),
+            outcome: entry.outcome.clone(),
+        }
+    }
+
+    fn result_of(&self, id: TaskId, entry: &Entry<W>) -> Result<TaskResult, StoreError> {
+        match &entry.outcome {
+            Some(outcome) => Ok(TaskResult {
+                task: self.snapshot(id, entry),
+                outcome: outcome.clone(),
+            }),
+            None => Err(StoreError::NoResult {
+                status: entry.status,
+            }),
         }
     }
 

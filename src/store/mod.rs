@@ -3,7 +3,9 @@
 //!
 //! Data flows one way: handle -> command over the inbox -> actor -> machine; each command
 //! carries its own reply slot. A gate keeps the callers in flight at one fewer than the
-//! cores, so the owner thread keeps a core of its own.
+//! cores, so the owner thread keeps a core of its own. Reads that change nothing skip the
+//! trip: the owner changes the machine under a write lock and callers read it under a read
+//! lock (`shared`), falling back to a command when the read must settle an expired task.
 
 mod actor;
 mod clock;
@@ -15,6 +17,7 @@ mod journal;
 pub mod machine;
 mod record;
 mod reply;
+mod shared;
 pub(crate) mod spin;
 mod token;
 mod wheel;

@@ -320,13 +320,19 @@ fn callers_blocked_when_the_store_is_dropped_get_closed() {
     assert_eq!(late.create(CreateTask::new()), Err(StoreError::Closed));
 }
 
-/// A clock that panics once armed: a stand-in for any bug inside the owner thread.
+/// A clock that panics on the owner thread once armed: a stand-in for any bug inside it.
+/// (Callers read the clock too, for reads served on their own threads; it must not spring
+/// there, or the panic would be the caller's own.)
 #[derive(Debug, Clone, Default)]
 struct TrapClock(Arc<AtomicBool>);
 
 impl Clock for TrapClock {
     fn now(&self) -> Instant {
-        assert!(!self.0.load(Ordering::SeqCst), "trap clock sprung");
+        let on_owner = thread::current().name() == Some("mcp-task-store");
+        assert!(
+            !(on_owner && self.0.load(Ordering::SeqCst)),
+            "trap clock sprung"
+        );
         Instant::now()
     }
     fn now_utc(&self) -> SystemTime {
@@ -367,10 +373,11 @@ fn callers_racing_an_owner_panic_all_get_closed() {
         let callers: Vec<_> = (0..3)
             .map(|_| {
                 let handle = store.handle();
+                // `stats` is always a command to the owner thread; `get` is read on this
+                // thread while the machine is up, and must hear `Closed` once it is not.
                 thread::spawn(move || loop {
-                    match handle.get(id, None) {
-                        Ok(_) => continue,
-                        Err(e) => return e,
+                    if let Err(e) = handle.get(id, None).and_then(|_| handle.stats()) {
+                        return e;
                     }
                 })
             })
@@ -503,6 +510,66 @@ fn the_handle_serves_the_store_trait() {
         Err(StoreError::LimitExceeded {
             scope: LimitScope::Session,
             limit: 1
+        })
+    );
+}
+
+/// Reads are served on the calling thread when they change nothing; a change that has
+/// returned to anyone must still be visible to every read that starts after it, on any
+/// thread, and a task past its TTL must never be read as live.
+#[test]
+fn reads_on_other_threads_see_every_change_that_has_returned() {
+    let store = Store::builder().build().unwrap();
+    let (tx, rx) = crossbeam_channel::bounded::<(TaskId, TaskStatus)>(0);
+    let writer = {
+        let handle = store.handle();
+        thread::spawn(move || {
+            for _ in 0..5_000 {
+                let id = handle.create(CreateTask::new()).unwrap().task_id;
+                tx.send((id, TaskStatus::Working)).unwrap();
+                let done = Outcome::result(json!({"content": []}));
+                handle
+                    .store_result(id, None, TaskStatus::Completed, done, None)
+                    .unwrap();
+                tx.send((id, TaskStatus::Completed)).unwrap();
+            }
+        })
+    };
+    for (id, seen) in rx {
+        let task = store
+            .get(id, None)
+            .expect("a created task is visible everywhere");
+        match seen {
+            TaskStatus::Working => assert!(task.status != TaskStatus::Cancelled),
+            _ => {
+                assert_eq!(task.status, TaskStatus::Completed);
+                let stored = store.get_result(id, None).expect("its result too");
+                assert_eq!(stored.task.status, TaskStatus::Completed);
+                let detail = store.get_detail(id, None).unwrap();
+                assert!(detail.outcome.is_some());
+            }
+        }
+    }
+    writer.join().unwrap();
+}
+
+#[test]
+fn reads_never_show_a_task_past_its_ttl() {
+    let clock = ManualClock::new();
+    let store = manual_store(&clock);
+    let id = store.create(CreateTask::new().ttl(1_000)).unwrap().task_id;
+    let reader = store.handle();
+    clock.advance(Duration::from_millis(999));
+    assert_eq!(reader.get(id, None).unwrap().status, TaskStatus::Working);
+    // The owner thread has not run since: nothing reclaimed the task yet, and a read from
+    // another thread must still settle it (here: fail it, the default policy).
+    clock.advance(Duration::from_millis(1));
+    let read = thread::spawn(move || reader.get(id, None)).join().unwrap();
+    assert_eq!(read.unwrap().status, TaskStatus::Failed);
+    assert_eq!(
+        store.get_result(id, None),
+        Err(StoreError::NoResult {
+            status: TaskStatus::Failed
         })
     );
 }

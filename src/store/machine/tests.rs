@@ -1597,3 +1597,80 @@ fn stats_count_parked_waiters_until_they_are_answered() {
     assert_eq!(m.stats().waiters, 0);
     assert_eq!(wakes(&mut m).len(), 3);
 }
+
+// ----- reads that change nothing (served on callers' threads) ---------------------------
+
+/// Every read at `now`, peeked and then done for real: a peek answers exactly when the task
+/// is not past its deadline, and then answers what the real read does.
+fn assert_peeks_agree(m: &mut M, now: u64, task: TaskId, s: Option<&SessionId>, due: bool) {
+    let peeked = (
+        m.peek(at(now), task, s),
+        m.peek_detail(at(now), task, s),
+        m.peek_result(at(now), task, s),
+    );
+    if due {
+        assert_eq!(peeked.0, None, "a due task must be settled by the owner");
+        assert!(peeked.1.is_none() && peeked.2.is_none());
+        return;
+    }
+    assert_eq!(peeked.0, Some(m.get(at(now), task, s)));
+    assert_eq!(peeked.1, Some(m.get_detail(at(now), task, s)));
+    assert_eq!(peeked.2, Some(m.get_result(at(now), task, s)));
+}
+
+#[test]
+fn peeks_answer_as_the_reads_do_while_nothing_is_due() {
+    let mut m = machine(config());
+    let a = create_in(&mut m, 0, 1, "alice");
+    let alice = session("alice");
+    // working: no result yet, foreign or missing session, unknown id
+    assert_peeks_agree(&mut m, 5, a, Some(&alice), false);
+    assert_peeks_agree(&mut m, 5, a, Some(&session("bob")), false);
+    assert_peeks_agree(&mut m, 5, a, None, false);
+    assert_peeks_agree(&mut m, 5, id(99), Some(&alice), false);
+    // input required, then finished with a result
+    m.set_input_requests(at(6), a, Some(&alice), requests(&["k"]))
+        .unwrap();
+    assert_peeks_agree(&mut m, 7, a, Some(&alice), false);
+    m.store_result(
+        at(8),
+        a,
+        Some(&alice),
+        TaskStatus::Completed,
+        result(json!({"ok": true})),
+        None,
+    )
+    .unwrap();
+    assert_peeks_agree(&mut m, 9, a, Some(&alice), false);
+}
+
+#[test]
+fn peeks_leave_due_tasks_to_the_owner_under_both_expiry_policies() {
+    for expiry in [
+        ExpiryPolicy::Remove,
+        ExpiryPolicy::Fail {
+            grace: Duration::from_secs(30),
+        },
+    ] {
+        let mut config = config();
+        config.expiry = expiry;
+        let mut m = machine(config);
+        let task = m
+            .create(at(0), id(1), CreateTask::new().ttl(1_000))
+            .unwrap()
+            .task_id;
+        assert_peeks_agree(&mut m, 999, task, None, false);
+        // Due: a peek must not answer "working" (nor anything else) for it...
+        assert_eq!(m.peek(at(1_000), task, None), None);
+        assert_eq!(m.peek(at(1_000), task, Some(&session("x"))), None);
+        // ...and once the owner has settled it, peeks answer again.
+        let settled = m.get(at(1_000), task, None);
+        match expiry {
+            ExpiryPolicy::Remove => assert_eq!(settled, Err(StoreError::NotFound)),
+            ExpiryPolicy::Fail { .. } => {
+                assert_eq!(settled.unwrap().status, TaskStatus::Failed);
+                assert_peeks_agree(&mut m, 1_001, task, None, false);
+            }
+        }
+    }
+}
