@@ -8,8 +8,9 @@
 //!   `get` reads a live task in scattered order; `complete` is `store_result` on a running
 //!   task.
 //! * `handle/{create,get,complete}/{1000,100000}x{1,8}`: the same operations through a
-//!   [`StoreHandle`], i.e. a round trip to the owner thread, from 1 or 8 caller threads at
-//!   once (N operations spread over the threads; the time is wall time for all of them).
+//!   [`StoreHandle`] from 1 or 8 caller threads at once (N operations spread over the
+//!   threads; the time is wall time for all of them). `create` and `complete` are round
+//!   trips to the owner thread; `get` is answered on the calling thread under a read lock.
 //! * `cycle/{1000,100000,1000000}x1`, `cycle/100000x{2,8}`: a task's whole life through the
 //!   handle, `create -> get -> store_result -> get_result`, with that many other live tasks.
 //! * `expiry/1000000`: the bare machine reclaiming 1,000,000 due tasks in batches of 1,024

@@ -342,7 +342,8 @@ impl StoreActor {
     }
 
     /// Applies one command; false on `Shutdown`. The machine is locked for the command
-    /// alone and released before anyone hears of it.
+    /// alone and released before its caller or any waiter hears of it (events go to
+    /// subscribers' channels under the lock: that never blocks).
     fn apply(&mut self, now: Now, command: Command) -> bool {
         let mut m = self.shared.write();
         let out = &mut self.out;

@@ -262,7 +262,7 @@ impl Drop for Store {
 /// gone. Handles may be used from any number of threads; without a journal, at most one
 /// fewer calls than the machine has cores (and at least one) are in flight at once (the
 /// rest wait their turn, so the owner thread keeps a core), except the waits, which never
-/// queue.
+/// queue, and the reads answered on the calling thread, which never reach the owner.
 #[derive(Clone, Debug)]
 pub struct StoreHandle {
     inbox: Sender<Command>,

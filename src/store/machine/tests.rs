@@ -1660,8 +1660,8 @@ fn peeks_leave_due_tasks_to_the_owner_under_both_expiry_policies() {
             .unwrap()
             .task_id;
         assert_peeks_agree(&mut m, 999, task, None, false);
-        // Due: a peek must not answer "working" (nor anything else) for it...
-        assert_eq!(m.peek(at(1_000), task, None), None);
+        // Due: no peek may answer for it (not "working", not "not found")...
+        assert_peeks_agree(&mut m, 1_000, task, None, true);
         assert_eq!(m.peek(at(1_000), task, Some(&session("x"))), None);
         // ...and once the owner has settled it, peeks answer again.
         let settled = m.get(at(1_000), task, None);
