@@ -48,6 +48,7 @@ pub(crate) struct Gate {
     waiting: AtomicUsize,
     /// The owner thread is (about to be) asleep: nobody leaving may keep a place free.
     owner_asleep: AtomicBool,
+
     state: Mutex<GateState>,
 }
 
@@ -181,6 +182,11 @@ impl Gate {
         self.owner_asleep.store(true, Ordering::SeqCst);
         self.admit_waiting();
         Asleep { gate: self }
+    }
+
+    /// True while callers are queued.
+    pub(crate) fn has_waiters(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed) > 0
     }
 
     /// Lets waiters into free places.
