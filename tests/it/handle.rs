@@ -320,6 +320,11 @@ fn callers_blocked_when_the_store_is_dropped_get_closed() {
     assert_eq!(late.create(CreateTask::new()), Err(StoreError::Closed));
 }
 
+/// True on the store's owner thread (test clocks act there only: callers read the clock too).
+fn on_owner_thread() -> bool {
+    thread::current().name() == Some("mcp-task-store")
+}
+
 /// A clock that panics on the owner thread once armed: a stand-in for any bug inside it.
 /// (Callers read the clock too, for reads served on their own threads; it must not spring
 /// there, or the panic would be the caller's own.)
@@ -328,9 +333,8 @@ struct TrapClock(Arc<AtomicBool>);
 
 impl Clock for TrapClock {
     fn now(&self) -> Instant {
-        let on_owner = thread::current().name() == Some("mcp-task-store");
         assert!(
-            !(on_owner && self.0.load(Ordering::SeqCst)),
+            !(on_owner_thread() && self.0.load(Ordering::SeqCst)),
             "trap clock sprung"
         );
         Instant::now()
@@ -596,8 +600,7 @@ impl StallClock {
 
 impl Clock for StallClock {
     fn now(&self) -> Instant {
-        let on_owner = thread::current().name() == Some("mcp-task-store");
-        if on_owner && self.armed.load(Ordering::SeqCst) {
+        if on_owner_thread() && self.armed.load(Ordering::SeqCst) {
             let (lock, freed) = &*self.held;
             let mut released = lock.lock();
             while !*released {
