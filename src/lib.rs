@@ -3,8 +3,9 @@
 //!
 //! # Architecture
 //!
-//! One owner thread holds every task in a `BTreeMap` and serves commands that arrive over a
-//! `crossbeam-channel` inbox; callers hold a cheap, cloneable, blocking [`StoreHandle`]. The
+//! One owner thread holds every task in a `BTreeMap` and serves commands from its inbox (a
+//! few single-command seats it polls, and a `crossbeam-channel` for the rest); callers hold
+//! a cheap, cloneable, blocking [`StoreHandle`]. The
 //! owner thread drives a pure [`StoreMachine`] (no threads, no clock reads: `now` and ids
 //! are arguments) and sleeps exactly until the next command or the next TTL deadline on a
 //! hierarchical timer wheel. It is the only thread that changes the machine; reads that

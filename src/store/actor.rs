@@ -12,12 +12,13 @@ use serde_json::Value;
 use super::clock::{Millis, Now};
 use super::config::duration_ms;
 use super::gate::Gate;
+use super::inbox::Inbox;
 use super::journal::{Journal, Record};
 use super::machine::{StoreMachine, StoreStats, Wake, WakeOutcome};
 use super::record::Change;
 pub(crate) use super::reply::Reply;
 use super::shared::{Shared, Writing};
-use super::spin::{spin_recv, SpinBudget, Spun};
+use super::spin::{spin_poll, SpinBudget, Spun};
 use super::token::CancelToken;
 use crate::model::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, StoreEvent, Task,
@@ -120,6 +121,8 @@ pub(crate) enum Command {
         reply: Reply<()>,
     },
     Shutdown,
+    /// Does nothing: wakes the owner thread to look at the inbox's seats (see `inbox`).
+    Wake,
 }
 
 /// A parked waiter's reply.
@@ -201,13 +204,13 @@ impl StoreActor {
     }
 
     /// Serves commands until `Shutdown` or until every sender is gone.
-    pub(crate) fn run(mut self, inbox: Receiver<Command>) {
+    pub(crate) fn run(mut self, mut inbox: Inbox) {
         // However this ends, panics included, waiters and readers hear `Closed` from then on.
         let _closing = CloseOnDrop(Arc::clone(&self.shared));
         let mut more_due = false;
         let mut busy = false;
         loop {
-            let Some(first) = self.next_command(&inbox, more_due, busy) else {
+            let Some(first) = self.next_command(&mut inbox, more_due, busy) else {
                 return;
             };
             busy = first.is_some();
@@ -298,7 +301,7 @@ impl StoreActor {
     /// work) woke the thread without a command.
     fn next_command(
         &mut self,
-        inbox: &Receiver<Command>,
+        inbox: &mut Inbox,
         more_due: bool,
         busy: bool,
     ) -> Option<Option<Command>> {
@@ -323,7 +326,7 @@ impl StoreActor {
             // halved); one caller never queues, and end to end over stdio nothing changed.
             let queued = self.gate.as_deref().is_some_and(Gate::has_waiters);
             let before = self.spin;
-            match spin_recv(inbox, &mut self.spin) {
+            match spin_poll(|| inbox.try_recv(), &mut self.spin) {
                 Spun::Ready(command) => return Some(Some(command)),
                 Spun::Disconnected => return None,
                 Spun::Nothing => {
@@ -342,13 +345,10 @@ impl StoreActor {
             .look(StoreMachine::poll_timeout)
             .flatten()
             .filter(|_| time.is_real());
-        match deadline {
-            None => inbox.recv().ok().map(Some),
-            Some(at) => match inbox.recv_deadline(time.instant_of(at)) {
-                Ok(command) => Some(Some(command)),
-                Err(RecvTimeoutError::Timeout) => Some(None),
-                Err(RecvTimeoutError::Disconnected) => None,
-            },
+        match inbox.recv(deadline.map(|at| time.instant_of(at))) {
+            Ok(command) => Some(Some(command)),
+            Err(RecvTimeoutError::Timeout) => Some(None),
+            Err(RecvTimeoutError::Disconnected) => None,
         }
     }
 
@@ -485,6 +485,7 @@ impl StoreActor {
                 out.answer(m, reply, Ok(()));
             }
             Command::Shutdown => return false,
+            Command::Wake => {}
         }
         true
     }

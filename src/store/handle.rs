@@ -8,13 +8,14 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 use serde_json::Value;
 
 use super::actor::{Command, Reply, ReplyTo, StoreActor};
 use super::clock::{Clock, Now, SystemClock, TimeSource};
 use super::config::{ExpiryPolicy, StoreConfig};
 use super::gate::Gate;
+use super::inbox::{self, Poster};
 use super::journal::{Journal, JournalConfig};
 use super::machine::{StoreMachine, StoreStats};
 use super::reply::{self, Expect};
@@ -171,11 +172,8 @@ impl StoreBuilder {
         let reads = journal.is_none().then(|| Arc::clone(&shared));
         let mut actor = StoreActor::new(shared, journal, gate.clone());
         actor.settle_recovery()?;
-        // Unbounded on purpose: when the owner thread ends (also by panicking) and drops
-        // its receiver, this channel flavour drops the commands still queued, and with
-        // them their replies, so their callers hear `Closed`. A bounded channel was ~4%
-        // faster but keeps such commands until every handle is gone: their callers hung.
-        let (inbox_tx, inbox_rx) = crossbeam_channel::unbounded();
+        // As many seats as callers the gate lets in at once.
+        let (inbox_tx, inbox_rx) = inbox::inbox(reply::max_spinners());
         let thread = std::thread::Builder::new()
             .name("mcp-task-store".into())
             .spawn(move || actor.run(inbox_rx))
@@ -265,7 +263,7 @@ impl Drop for Store {
 /// queue, and the reads answered on the calling thread, which never reach the owner.
 #[derive(Clone, Debug)]
 pub struct StoreHandle {
-    inbox: Sender<Command>,
+    inbox: Poster,
     /// The owner's state, for reads on the calling thread (none with a journal).
     reads: Option<Arc<Shared>>,
     /// Limits the callers in flight (none with a journal).
@@ -287,9 +285,8 @@ impl StoreHandle {
         } else {
             Expect::Long
         };
-        let answer = reply::round_trip(&self.spinners, expect, |reply| {
-            self.inbox.send(make(reply)).is_ok()
-        });
+        let answer =
+            reply::round_trip(&self.spinners, expect, |reply| self.inbox.post(make(reply)));
         self.note(answer)
     }
 
@@ -300,7 +297,7 @@ impl StoreHandle {
         make: impl FnOnce(Reply<T>) -> Command,
     ) -> Result<T, StoreError> {
         let answer = reply::round_trip(&self.spinners, Expect::Long, |reply| {
-            self.inbox.send(make(reply)).is_ok()
+            self.inbox.send(make(reply))
         });
         self.note(answer)
     }

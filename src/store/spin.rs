@@ -75,8 +75,17 @@ pub(crate) enum Spun<T> {
 
 /// Polls `receiver` for at most `budget` polls (and adjusts the budget).
 pub(crate) fn spin_recv<T>(receiver: &Receiver<T>, budget: &mut SpinBudget) -> Spun<T> {
+    spin_poll(|| receiver.try_recv(), budget)
+}
+
+/// Polls `try_recv` (a receiver's, or anything that answers like one) for at most
+/// `budget` polls (and adjusts the budget).
+pub(crate) fn spin_poll<T>(
+    mut try_recv: impl FnMut() -> Result<T, TryRecvError>,
+    budget: &mut SpinBudget,
+) -> Spun<T> {
     let mut outcome = Spun::Nothing;
-    budget.spin(|| match receiver.try_recv() {
+    budget.spin(|| match try_recv() {
         Ok(message) => {
             outcome = Spun::Ready(message);
             true
