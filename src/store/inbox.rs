@@ -24,7 +24,7 @@
 
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -120,13 +120,15 @@ impl Seats {
     /// Takes a posted command from any seat, looking first at `*next` and moving it past
     /// the seat served (so every seat gets its turn).
     fn take_any(&self, next: &mut usize) -> Option<Command> {
+        // (No `%`: this runs in the owner's polling loop, where a division is not free.)
         let n = self.seats.len();
-        for i in 0..n {
-            let at = (*next + i) % n;
+        let mut at = *next;
+        for _ in 0..n {
             if let Some(command) = self.seats[at].take() {
-                *next = (at + 1) % n;
+                *next = if at + 1 == n { 0 } else { at + 1 };
                 return Some(command);
             }
+            at = if at + 1 == n { 0 } else { at + 1 };
         }
         None
     }
@@ -242,12 +244,18 @@ impl Inbox {
     pub(crate) fn try_recv(&mut self) -> Result<Command, TryRecvError> {
         self.channel_first = !self.channel_first;
         if self.channel_first {
-            if let Ok(command) = self.rx.try_recv() {
-                return Ok(command);
+            match self.rx.try_recv() {
+                Err(TryRecvError::Empty) => {}
+                got => return got,
             }
         }
         if let Some(command) = self.seats.take_any(&mut self.next_seat) {
             return Ok(command);
+        }
+        if self.channel_first {
+            // The channel was empty a moment ago: no second look (this is the owner's
+            // polling loop).
+            return Err(TryRecvError::Empty);
         }
         self.rx.try_recv()
     }
@@ -255,6 +263,9 @@ impl Inbox {
     /// Blocks until a command comes (or, with a deadline, until it passes).
     pub(crate) fn recv(&mut self, deadline: Option<Instant>) -> Result<Command, RecvTimeoutError> {
         self.seats.owner_blocked.store(true, Ordering::SeqCst);
+        // Orders the flag before the seats' states are read (the posters' side is SeqCst
+        // stores and loads): either we see their command, or they see the flag.
+        fence(Ordering::SeqCst);
         let command = match self.seats.take_any(&mut self.next_seat) {
             Some(command) => Ok(command),
             None => match deadline {
@@ -270,6 +281,7 @@ impl Inbox {
 impl Drop for Inbox {
     fn drop(&mut self) {
         self.seats.closed.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst); // as in `recv`
         for seat in self.seats.seats.iter() {
             drop(seat.take());
         }
