@@ -356,12 +356,11 @@ impl<W> StoreMachine<W> {
         session: Option<&SessionId>,
         render: impl FnOnce(&Self, &Entry<W>) -> Result<R, StoreError>,
     ) -> Option<Result<R, StoreError>> {
+        // One lookup: this runs on the callers' threads for every local read.
         match self.tasks.get(&id) {
             Some(entry) if entry.is_due(now) => None,
-            _ => Some(
-                self.visible(id, session)
-                    .and_then(|entry| render(self, entry)),
-            ),
+            Some(entry) if entry.session.as_ref() == session => Some(render(self, entry)),
+            _ => Some(Err(StoreError::NotFound)),
         }
     }
 
@@ -924,7 +923,10 @@ impl<W> StoreMachine<W> {
         id: TaskId,
         session: Option<&SessionId>,
     ) -> Result<(), StoreError> {
-        self.settle(id, now);
+        // Settling needs a second lookup only when the task is due (rarely).
+        if self.tasks.get(&id).is_some_and(|entry| entry.is_due(now)) {
+            self.settle(id, now);
+        }
         let entry = self.visible(id, session)?;
         if entry.status.is_terminal() {
             return Err(StoreError::AlreadyTerminal(Box::new(
@@ -942,15 +944,7 @@ impl<W> StoreMachine<W> {
     }
 
     fn snapshot(&self, id: TaskId, entry: &Entry<W>) -> Task {
-        Task {
-            task_id: id,
-            status: entry.status,
-            status_message: entry.status_message.as_deref().map(str::to_owned),
-            created_at: entry.created_at,
-            last_updated_at: entry.last_updated_at,
-            ttl: entry.ttl,
-            poll_interval: Some(self.poll_interval_ms),
-        }
+        snapshot_of(self.poll_interval_ms, id, entry)
     }
 
     fn detail(&self, id: TaskId, entry: &Entry<W>) -> TaskDetail {
@@ -1070,6 +1064,7 @@ impl<W> StoreMachine<W> {
         outcome: Option<Outcome>,
     ) -> Task {
         self.touch(id, Change::Updated);
+        let poll_interval_ms = self.poll_interval_ms;
         let entry = self.tasks.get_mut(&id).expect("finish on a live task");
         debug_assert!(!entry.status.is_terminal());
         entry.status = status;
@@ -1078,7 +1073,7 @@ impl<W> StoreMachine<W> {
         entry.last_updated_at = now.wall;
         let stop = entry.stop_signalled();
         let extra = entry.extra.take();
-        let task = self.snapshot(id, &self.tasks[&id]);
+        let task = snapshot_of(poll_interval_ms, id, entry);
         if let Some(mut extra) = extra {
             extra.pending.clear();
             extra.answers.clear();
@@ -1230,5 +1225,19 @@ impl<W> StoreMachine<W> {
 
 mod seq_set;
 mod table;
+/// What callers see of a task (a free function, so that it can read an entry that is
+/// borrowed mutably from the machine).
+fn snapshot_of<W>(poll_interval_ms: u64, id: TaskId, entry: &Entry<W>) -> Task {
+    Task {
+        task_id: id,
+        status: entry.status,
+        status_message: entry.status_message.as_deref().map(str::to_owned),
+        created_at: entry.created_at,
+        last_updated_at: entry.last_updated_at,
+        ttl: entry.ttl,
+        poll_interval: Some(poll_interval_ms),
+    }
+}
+
 #[cfg(test)]
 mod tests;
