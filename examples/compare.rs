@@ -619,9 +619,11 @@ fn run_expiry_ours() {
         println!("NOTE ours idle window skipped: creating took {created:?}, past the estimate");
     }
     // Idle: nobody calls the store for IDLE; the process's CPU time is read around it.
+    // Only the sleep lies between the two process readings: reading the owner thread's
+    // time (a directory walk under /proc) inside them once cost a 10 ms tick.
     if idle_fits {
-        let ticks = process_cpu_ticks();
         let owner = thread_cpu_ns("mcp-task-store").expect("owner thread");
+        let ticks = process_cpu_ticks();
         thread::sleep(IDLE);
         let ticks = process_cpu_ticks() - ticks;
         let owner = thread_cpu_ns("mcp-task-store").expect("owner thread") - owner;
