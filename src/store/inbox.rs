@@ -5,17 +5,18 @@
 //! the seat's state, the owner reads both and frees the seat, so one command moves in the
 //! seat's own cache lines. Through the crossbeam channel the same command also moved the
 //! channel's tail and its block pointers between the cores, and every 31st message
-//! allocated a block on the caller's thread that the owner's thread freed (measured: a
-//! bare ping-pong of 0.13 us over one cache line, against 0.5-0.6 us through the channel).
-//! The gate keeps the callers in flight at the number of seats, so a gated caller nearly
+//! allocated a block on the caller's thread that the owner's thread freed. Measured here: a
+//! bare ping-pong over one cache line takes 0.13 us, through the channel 0.5-0.6 us; a
+//! `stats` round trip went from about 1.0 to 0.7 us, and the benchmark cycle with one
+//! caller from 219k to 237k a second. The gate keeps the callers in flight at the number of seats, so a gated caller nearly
 //! always finds one free; when it does not, or the call may wait long, the command goes
 //! over the channel.
 //!
 //! The owner blocks only on the channel. Before it does, it raises `owner_blocked` and
 //! looks at the seats once more; a caller that posts a command looks at the flag after
 //! posting and, if it is raised, sends a no-op [`Command::Wake`] through the channel.
-//! Both sides use `SeqCst`, so at least one sees the other: no command is left in a seat
-//! while the owner sleeps.
+//! Both sides order their write before their read (`SeqCst`), so at least one sees the
+//! other: no command is left in a seat while the owner sleeps.
 //!
 //! When the owner thread ends (also by panicking) its [`Inbox`] is dropped: it closes the
 //! seats and drops the commands in them, and with them their replies, so their callers
