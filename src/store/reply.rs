@@ -248,13 +248,17 @@ mod tests {
     fn every_answer_reaches_its_caller_and_a_dropped_reply_is_closed() {
         // Short and long delays, so callers both spin and park; 6 callers on any machine
         // means some may not spin and yield or park at once.
-        let (tx, owner) = owner(|n| if n % 5 == 0 { 200_000 } else { (n % 7) as u32 });
+        // (Miri, which checks the slot's unsafe code, runs a few and shorter ones:
+        // `cargo +nightly miri test --lib store::reply`.)
+        const LONG: u32 = if cfg!(miri) { 2_000 } else { 200_000 };
+        const CALLS: u64 = if cfg!(miri) { 20 } else { 400 };
+        let (tx, owner) = owner(|n| if n % 5 == 0 { LONG } else { (n % 7) as u32 });
         let spinners = Arc::new(AtomicUsize::new(0));
         let callers: Vec<_> = (0..6u64)
             .map(|t| {
                 let (tx, spinners) = (tx.clone(), Arc::clone(&spinners));
                 thread::spawn(move || {
-                    for i in 0..400u64 {
+                    for i in 0..CALLS {
                         let n = t * 1_000_000 + i;
                         let expect = if i % 2 == 0 {
                             Expect::Brief
