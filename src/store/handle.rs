@@ -172,7 +172,8 @@ impl StoreBuilder {
         let reads = journal.is_none().then(|| Arc::clone(&shared));
         let mut actor = StoreActor::new(shared, journal, gate.clone());
         actor.settle_recovery()?;
-        // As many seats as callers the gate lets in at once.
+        // As many seats as callers the gate lets in at once (at most 8; beyond that, calls
+        // that find no free seat use the channel).
         let (inbox_tx, inbox_rx) = inbox::inbox(reply::max_spinners());
         let thread = std::thread::Builder::new()
             .name("mcp-task-store".into())

@@ -60,6 +60,12 @@ struct Seat {
 // `Send`, so moving it between threads is fine.
 unsafe impl Sync for Seat {}
 
+/// The `Sync` above rests on this.
+const _: fn() = || {
+    fn is_send<T: Send>() {}
+    is_send::<Command>();
+};
+
 impl Seat {
     fn new() -> Seat {
         Seat {
@@ -240,8 +246,9 @@ pub(crate) struct Inbox {
 }
 
 impl Inbox {
-    /// A command if one is waiting; `Disconnected` once every handle is gone and nothing
-    /// is left.
+    /// A command if one is waiting; `Disconnected` once every handle is gone and the
+    /// channel is empty (a seat cannot hold a command then: a caller keeps its handle for
+    /// the whole call, and whatever is left is dropped with the inbox).
     pub(crate) fn try_recv(&mut self) -> Result<Command, TryRecvError> {
         self.channel_first = !self.channel_first;
         if self.channel_first {
