@@ -1228,6 +1228,7 @@ impl<W> StoreMachine<W> {
 
 mod seq_set;
 mod table;
+
 /// What callers see of a task (a free function, so that it can read an entry that is
 /// borrowed mutably from the machine).
 fn snapshot_of<W>(poll_interval_ms: u64, id: TaskId, entry: &Entry<W>) -> Task {
