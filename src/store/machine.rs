@@ -926,11 +926,27 @@ impl<W> StoreMachine<W> {
         id: TaskId,
         session: Option<&SessionId>,
     ) -> Result<(), StoreError> {
-        // Settling needs a second lookup only when the task is due (rarely).
-        if self.tasks.get(&id).is_some_and(|entry| entry.is_due(now)) {
-            self.settle(id, now);
+        // One lookup, unless the task is due (rarely): then it is settled and looked up again.
+        match self.tasks.get(&id) {
+            Some(entry) if entry.is_due(now) => {}
+            Some(entry) => return self.still_live(id, entry, session),
+            None => return Err(StoreError::NotFound),
         }
+        self.settle(id, now);
         let entry = self.visible(id, session)?;
+        self.still_live(id, entry, session)
+    }
+
+    /// `live`'s verdict on an entry that is not due.
+    fn still_live(
+        &self,
+        id: TaskId,
+        entry: &Entry<W>,
+        session: Option<&SessionId>,
+    ) -> Result<(), StoreError> {
+        if entry.session.as_ref() != session {
+            return Err(StoreError::NotFound);
+        }
         if entry.status.is_terminal() {
             return Err(StoreError::AlreadyTerminal(Box::new(
                 self.snapshot(id, entry),
