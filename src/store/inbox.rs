@@ -74,15 +74,21 @@ impl Seat {
         }
     }
 
+    /// Moves the state from `from` to `to` if nobody else does first (Acquire: pairs with
+    /// the store that set `from`). A plain load comes first, so that polling a seat in
+    /// another state never takes its cache line away from the thread using it.
+    fn moves(&self, from: u8, to: u8) -> bool {
+        self.state.load(Ordering::Acquire) == from
+            && self
+                .state
+                .compare_exchange(from, to, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+    }
+
     /// Claims a free seat and posts `command` in it; gives the command back if the seat is
     /// not free.
     fn post(&self, command: Command) -> Result<(), Command> {
-        if self.state.load(Ordering::Relaxed) != FREE
-            || self
-                .state
-                .compare_exchange(FREE, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-        {
+        if !self.moves(FREE, CLAIMED) {
             return Err(command);
         }
         // SAFETY: we moved the state from FREE to CLAIMED, so the seat is ours and empty
@@ -97,12 +103,7 @@ impl Seat {
 
     /// Moves the posted command out, if there is one and nobody else takes it first.
     fn take(&self) -> Option<Command> {
-        if self.state.load(Ordering::Acquire) != POSTED
-            || self
-                .state
-                .compare_exchange(POSTED, TAKING, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-        {
+        if !self.moves(POSTED, TAKING) {
             return None;
         }
         // SAFETY: we moved the state from POSTED to TAKING: the command is written (the
@@ -131,11 +132,12 @@ impl Seats {
         let n = self.seats.len();
         let mut at = *next;
         for _ in 0..n {
-            if let Some(command) = self.seats[at].take() {
-                *next = if at + 1 == n { 0 } else { at + 1 };
+            let seat = &self.seats[at];
+            at = if at + 1 == n { 0 } else { at + 1 };
+            if let Some(command) = seat.take() {
+                *next = at;
                 return Some(command);
             }
-            at = if at + 1 == n { 0 } else { at + 1 };
         }
         None
     }
