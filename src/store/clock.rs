@@ -74,9 +74,8 @@ impl Clock for SystemClock {
 /// deterministic tests: `clock.advance(ttl); handle.sync()?;` and the expiry has happened.
 ///
 /// Clones share the same time. Reading it is a single atomic load: the owner thread and
-/// every caller that serves its own reads look at it for each operation, and a lock here
-/// made its cache line bounce between them (a mutex here cost the 1-caller benchmark
-/// cycle about 6% of its throughput).
+/// every caller that serves its own reads look at it for each operation, and a mutex made
+/// its cache line bounce between them (about 6% of the 1-caller benchmark cycle).
 #[derive(Clone, Debug)]
 pub struct ManualClock {
     inner: Arc<ManualTime>,
