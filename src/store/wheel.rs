@@ -173,8 +173,8 @@ pub(crate) enum Polled<T> {
     Idle,
 }
 
-/// Items re-filed per bounded step: about 30 us of work here (~0.12 us an item; 1024 took
-/// 115-240 us, long enough to stall callers waiting on the owner).
+/// Items re-filed per bounded step: about 4 us of work here (15 ns an item, median of a
+/// million-task expiry; p99 5.4 us).
 pub(crate) const REFILE_CHUNK: usize = 256;
 
 /// The items of one slot (or of the due list, the overflow, a cascade being re-filed):
