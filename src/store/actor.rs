@@ -370,6 +370,10 @@ impl StoreActor {
     /// alone and released before its caller or any waiter hears of it (events go to
     /// subscribers' channels under the lock: that never blocks).
     fn apply(&mut self, now: Now, command: Command) -> bool {
+        if let Command::Wake = command {
+            // It only ended the owner's sleep: nothing to lock for.
+            return true;
+        }
         let mut m = self.shared.write();
         let out = &mut self.out;
         match command {
@@ -499,7 +503,7 @@ impl StoreActor {
                 out.answer(m, reply, Ok(()));
             }
             Command::Shutdown => return false,
-            Command::Wake => {}
+            Command::Wake => {} // handled above, without the lock
         }
         true
     }

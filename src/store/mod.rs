@@ -2,10 +2,11 @@
 //! driven by one owner thread (the actor) that callers reach through blocking handles.
 //!
 //! Data flows one way: handle -> command over the inbox (a seat the owner polls, or a
-//! channel) -> actor -> machine; each command carries its own reply slot. A gate keeps the callers in flight at one fewer than the
-//! cores, so the owner thread keeps a core of its own. Reads that change nothing skip the
-//! trip: the owner changes the machine under a write lock and callers read it under a read
-//! lock (`shared`), falling back to a command when the read must settle an expired task.
+//! channel) -> actor -> machine; each command carries its own reply slot. A gate keeps the
+//! callers in flight at one fewer than the cores, so the owner thread keeps a core of its
+//! own. Reads that change nothing skip the trip: the owner changes the machine under a
+//! write lock and callers read it under a read lock (`shared`), falling back to a command
+//! when the read must settle an expired task.
 
 mod actor;
 mod clock;
