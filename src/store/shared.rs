@@ -33,9 +33,10 @@ use crate::StoreError;
 const READ_SPINS: u32 = 64;
 /// How long a reader spins for the lock before it sends its read to the owner thread as a
 /// command. A command holds the lock for about a microsecond and an expiry batch for about
-/// 20 (unless the owner loses its CPU meanwhile); falling back after 256 attempts (a few microseconds) sent readers into the
-/// command path behind expiry batches, and those that ended up parked waited up to 2.6 ms
-/// there (worst of 6 runs of the expiry probe; 0.30-0.59 ms over 8 with this patience).
+/// 20 (unless the owner loses its CPU meanwhile); falling back after 256 attempts (a few
+/// microseconds) sent readers into the command path behind expiry batches, and those that
+/// ended up parked waited up to 2.6 ms there (worst of 6 runs of the expiry probe;
+/// 0.30-0.59 ms over 8 with this patience).
 const READ_PATIENCE: Duration = Duration::from_micros(60);
 
 /// The machine (`None` once its owner thread has ended) and the clock it runs on.
