@@ -8,9 +8,9 @@
 //! allocated a block on the caller's thread that the owner's thread freed. Measured here: a
 //! bare ping-pong over one cache line takes 0.13 us, through the channel 0.5-0.6 us; a
 //! `stats` round trip went from about 1.0 to 0.7 us, and the benchmark cycle with one
-//! caller from 219k to 237k a second. The gate keeps the callers in flight at the number of seats, so a gated caller nearly
-//! always finds one free; when it does not, or the call may wait long, the command goes
-//! over the channel.
+//! caller from 219k to 237k a second. The gate keeps the callers in flight at the number
+//! of seats, so a gated caller nearly always finds one free; when it does not, or the call
+//! may wait long, the command goes over the channel.
 //!
 //! The owner blocks only on the channel. Before it does, it raises `owner_blocked` and
 //! looks at the seats once more; a caller that posts a command looks at the flag after
