@@ -41,6 +41,9 @@ use table::TaskTable;
 /// (median of the 7,800 chunks of a million-task expiry, timed one by one).
 const REFILE_COST: usize = 8;
 
+/// Timers reclaimed between two looks at the limits when a create finds its limit full.
+const LIMIT_RECLAIM_STEP: usize = 64;
+
 /// Most input request keys one task may use over its life; bounds a hostile worker.
 const MAX_INPUT_KEYS_PER_TASK: usize = 10_000;
 
@@ -1023,10 +1026,13 @@ impl<W> StoreMachine<W> {
                     .max_tasks_per_session
                     .is_some_and(|max| session_count(m) >= max)
         };
-        if global_full(self) || session_full(self) {
-            // Expired tasks never count: reclaim everything due before judging.
-            while self.handle_timeout(now, usize::MAX) {}
-        }
+        // Expired tasks never count: reclaim what is due until there is room or nothing due
+        // is left. A few at a time, so a store at its limit in the middle of a mass expiry
+        // reclaims what this task needs, not the whole backlog while every reader waits
+        // (the rest goes in the owner's short batches).
+        while (global_full(self) || session_full(self))
+            && self.handle_timeout(now, LIMIT_RECLAIM_STEP)
+        {}
         if let Some(limit) = self.config.max_tasks.filter(|_| global_full(self)) {
             return Err(StoreError::LimitExceeded {
                 scope: LimitScope::Global,

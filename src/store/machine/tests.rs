@@ -1251,6 +1251,37 @@ fn expired_tasks_do_not_count_toward_limits() {
     }
 }
 
+#[test]
+fn a_full_store_reclaims_only_what_a_create_needs() {
+    for policy in [ExpiryPolicy::Remove, ExpiryPolicy::default()] {
+        let mut m = machine(StoreConfig {
+            max_tasks: Some(10_000),
+            expiry: policy,
+            ..config()
+        });
+        for n in 0..10_000 {
+            m.create(at(0), id(n), CreateTask::new().ttl(100)).unwrap();
+        }
+        assert!(m.create(at(99), id(10_000), CreateTask::new()).is_err());
+        m.create(at(100), id(10_000), CreateTask::new()).unwrap();
+        // The backlog is left to the owner's bounded batches...
+        assert!(m.len() > 9_000, "{policy:?}: {} left", m.len());
+        assert_eq!(m.poll_timeout(), Some(Millis(100)), "{policy:?}");
+        // ...and none of it shows as live meanwhile.
+        let seen = m.get(at(100), id(1), None).map(|task| task.status);
+        match policy {
+            ExpiryPolicy::Remove => assert_eq!(seen, Err(StoreError::NotFound)),
+            _ => assert_eq!(seen, Ok(TaskStatus::Failed)),
+        }
+        while m.handle_timeout(at(100), 64) {}
+        let left = match policy {
+            ExpiryPolicy::Remove => 1,
+            _ => 10_001, // failed by expiry, lingering for the grace period
+        };
+        assert_eq!(m.len(), left, "{policy:?}");
+    }
+}
+
 // ----- input requests ---------------------------------------------------------------------
 
 #[test]
