@@ -5,13 +5,12 @@
 //!
 //! One owner thread holds every task in a `BTreeMap` and serves commands from its inbox (a
 //! few single-command seats it polls, and a `crossbeam-channel` for the rest); callers hold
-//! a cheap, cloneable, blocking [`StoreHandle`]. The
-//! owner thread drives a pure [`StoreMachine`] (no threads, no clock reads: `now` and ids
-//! are arguments) and sleeps exactly until the next command or the next TTL deadline on a
-//! hierarchical timer wheel. It is the only thread that changes the machine; reads that
-//! change nothing (`get`, `get_detail`, `get_result`) are answered on the caller's thread
-//! under a read lock. Tests swap in a [`ManualClock`] and use [`StoreHandle::sync`] as a
-//! barrier.
+//! a cheap, cloneable, blocking [`StoreHandle`]. The owner thread drives a pure
+//! [`StoreMachine`] (no threads, no clock reads: `now` and ids are arguments) and sleeps
+//! exactly until the next command or the next TTL deadline on a hierarchical timer wheel.
+//! It is the only thread that changes the machine; reads that change nothing (`get`,
+//! `get_detail`, `get_result`) are answered on the caller's thread under a read lock. Tests
+//! swap in a [`ManualClock`] and use [`StoreHandle::sync`] as a barrier.
 //!
 //! Layers, bottom up: [`model`] (wire and domain types), [`store`] (machine, wheel, actor,
 //! handle). Nothing below the protocol layer knows JSON-RPC. With the `ffi` feature, the

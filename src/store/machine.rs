@@ -150,6 +150,12 @@ impl<W> Entry<W> {
     fn stop_signalled(&self) -> bool {
         self.status == TaskStatus::Cancelled || self.expired
     }
+
+    /// Session isolation: a caller sees only the tasks of its own session (a sessionless
+    /// caller only sessionless tasks). Every lookup on a caller's behalf asks this.
+    fn visible_to(&self, session: Option<&SessionId>) -> bool {
+        self.session.as_ref() == session
+    }
 }
 
 /// The task store as a pure state machine; `W` is whatever the caller parks waiters with
@@ -364,7 +370,7 @@ impl<W> StoreMachine<W> {
         // One lookup: this runs on the callers' threads for every local read.
         match self.tasks.get(&id) {
             Some(entry) if entry.is_due(now) => None,
-            Some(entry) if entry.session.as_ref() == session => Some(render(self, entry)),
+            Some(entry) if entry.visible_to(session) => Some(render(self, entry)),
             _ => Some(Err(StoreError::NotFound)),
         }
     }
@@ -935,18 +941,20 @@ impl<W> StoreMachine<W> {
             None => return Err(StoreError::NotFound),
         }
         self.settle(id, now);
-        let entry = self.visible(id, session)?;
-        self.still_live(id, entry, session)
+        match self.tasks.get(&id) {
+            Some(entry) => self.still_live(id, entry, session),
+            None => Err(StoreError::NotFound),
+        }
     }
 
-    /// `live`'s verdict on an entry that is not due.
+    /// `live`'s verdict on an entry that is not due (visible, and not terminal).
     fn still_live(
         &self,
         id: TaskId,
         entry: &Entry<W>,
         session: Option<&SessionId>,
     ) -> Result<(), StoreError> {
-        if entry.session.as_ref() != session {
+        if !entry.visible_to(session) {
             return Err(StoreError::NotFound);
         }
         if entry.status.is_terminal() {
@@ -959,7 +967,7 @@ impl<W> StoreMachine<W> {
 
     fn visible(&self, id: TaskId, session: Option<&SessionId>) -> Result<&Entry<W>, StoreError> {
         match self.tasks.get(&id) {
-            Some(entry) if entry.session.as_ref() == session => Ok(entry),
+            Some(entry) if entry.visible_to(session) => Ok(entry),
             _ => Err(StoreError::NotFound),
         }
     }
