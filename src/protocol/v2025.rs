@@ -119,6 +119,25 @@ pub fn handle(
     Some(result)
 }
 
+/// Whether `tasks/result` with these params would block: only when they name a task this
+/// session can see that has not ended yet. Anything else (bad params, an unknown id, a
+/// finished task) gets its answer at once, so a server can serve it on the thread that read
+/// it rather than on a waiting thread of its own.
+pub fn result_would_block(
+    store: &dyn TaskStore,
+    session: Option<&SessionId>,
+    params: Option<&Value>,
+) -> bool {
+    let Some(id) = params
+        .and_then(|params| params.get("taskId"))
+        .and_then(Value::as_str)
+        .and_then(TaskId::parse)
+    else {
+        return false;
+    };
+    matches!(store.get(id, session), Ok(task) if !task.status.is_terminal())
+}
+
 fn get(
     store: &dyn TaskStore,
     session: Option<&SessionId>,

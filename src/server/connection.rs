@@ -446,8 +446,15 @@ impl Connection {
     }
 
     /// `tasks/result` blocks until the task ends, so it waits on its own thread and never
-    /// holds up the connection's reader.
+    /// holds up the connection's reader. Most calls come after the task ended (clients poll
+    /// `tasks/get` first) and are answered here, without starting a thread.
     fn tasks_result(self: &Arc<Self>, params: Option<Value>, reply: Reply) {
+        let store = self.core.store.as_ref();
+        let session = self.session.as_ref();
+        if !v2025::result_would_block(store, session, params.as_ref()) {
+            let outcome = v2025::handle(store, session, "tasks/result", params);
+            return reply.send(outcome.expect("tasks/result is a tasks method"));
+        }
         if self.blocked_results.fetch_add(1, Ordering::AcqRel) >= MAX_BLOCKED_RESULTS {
             self.blocked_results.fetch_sub(1, Ordering::AcqRel);
             return reply.send(Err(RpcError::internal(

@@ -291,6 +291,64 @@ fn a_task_runs_to_completion_and_its_result_carries_related_task_meta() {
 }
 
 #[test]
+fn tasks_result_on_a_finished_task_is_answered_while_every_waiting_place_is_taken() {
+    use mcp_task_store::{CreateTask, Outcome, TaskStatus};
+    let store = Store::builder().build().unwrap();
+    let handle = store.handle();
+    let mut h = Harness::with_store(Some(store.handle()), 100);
+    h._store = Some(store);
+    // 256 tasks/result calls (the most one connection may have waiting) on tasks nobody
+    // finishes, sent without waiting for their answers.
+    let (waiting_tx, waiting) = crossbeam_channel::unbounded();
+    let live: Vec<_> = (0..256)
+        .map(|n| {
+            let task = handle.create(CreateTask::new()).unwrap();
+            let text = json!({"jsonrpc": "2.0", "id": format!("w{n}"), "method": "tasks/result",
+                              "params": {"taskId": task.task_id.to_string()}});
+            let waiting_tx = waiting_tx.clone();
+            h.connection.handle_text(
+                &text.to_string(),
+                Box::new(move |v| waiting_tx.send(v).unwrap()),
+            );
+            task.task_id
+        })
+        .collect();
+    // One more on a live task is refused...
+    let extra = handle.create(CreateTask::new()).unwrap();
+    let refused = h.request("tasks/result", json!({"taskId": extra.task_id.to_string()}));
+    assert_eq!(refused["error"]["code"], -32603, "{refused}");
+    // ...but one on a finished task needs no waiting place and gets its result.
+    let done = handle.create(CreateTask::new()).unwrap();
+    handle
+        .store_result(
+            done.task_id,
+            None,
+            TaskStatus::Completed,
+            Outcome::result(text_result("done")),
+            None,
+        )
+        .unwrap();
+    let result = h.result("tasks/result", json!({"taskId": done.task_id.to_string()}));
+    assert_eq!(result["content"][0]["text"], "done");
+    // So are unknown ids.
+    assert_eq!(
+        h.error_code(
+            "tasks/result",
+            json!({"taskId": "00000000-0000-4000-8000-000000000000"})
+        ),
+        -32602
+    );
+    // Finishing the live tasks answers every waiting call.
+    for id in live {
+        handle.cancel(id, None, None).unwrap();
+    }
+    for _ in 0..256 {
+        let answer = waiting.recv_timeout(WAIT).expect("a waiting call answered");
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    }
+}
+
+#[test]
 fn an_is_error_result_fails_the_task_but_tasks_result_returns_it() {
     let mut h = Harness::new();
     let id = h.start("fail", json!({"ms": 1}));
