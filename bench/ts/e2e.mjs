@@ -10,6 +10,10 @@
 //   lifecycle: task-augmented tools/call of `sleep {ms: 0}` (the reply is the created task),
 //              then a blocking tasks/result; INFLIGHT such loops at once; lifecycles/s.
 //   tasks_get: tasks/get on finished tasks, INFLIGHT requests in flight; requests/s.
+//
+// Then `tasks_get` once more against `null-server.mjs`, which answers from a template and
+// keeps nothing (server `e2e-null`): what this client reaches there is about the most any
+// server can get out of it here, so it bounds the ours/reference ratio for `tasks/get`.
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -49,7 +53,14 @@ async function withCpu(server, workload, pid, work) {
     const clientCpu = (client.user + client.system) / 1e6;
     const serverCpu = processCpu(pid) - server0;
     const pct = (cpu) => `${Math.round((100 * cpu) / wall)}%`;
-    console.log(`NOTE ${server} ${workload}: client CPU ${pct(clientCpu)} of one core, server CPU ${pct(serverCpu)}`);
+    // Per operation, counting the warm-up too (the CPU figures cover it), at the measured rate.
+    const ops = value * wall;
+    const us = (micros) => (micros / ops).toFixed(1);
+    console.log(
+        `NOTE ${server} ${workload}: client CPU ${pct(clientCpu)} of one core ` +
+            `(${us(client.user)} us user + ${us(client.system)} us system per operation), ` +
+            `server CPU ${pct(serverCpu)} (${us(serverCpu * 1e6)} us per operation)`
+    );
     return value;
 }
 
@@ -91,6 +102,15 @@ async function rate(op, ms) {
     return (counted * 1000) / ms;
 }
 
+/** `tasks/get` with INFLIGHT in flight, round robin over `ids`; requests/s. */
+function getRate(name, tasks, pid, ids) {
+    let k = 0;
+    return withCpu(name, 'tasks_get', pid, () => rate(async () => {
+        const t = await tasks.getTask(ids[k++ % ids.length], TIMEOUT);
+        if (t.status !== 'completed') throw new Error(`unexpected status ${t.status}`);
+    }, GET_MS));
+}
+
 async function bench(name, command, args) {
     const { client, pid } = await connect(command, args);
     const tasks = client.experimental.tasks;
@@ -108,12 +128,19 @@ async function bench(name, command, args) {
             await tasks.getTaskResult(task.taskId, CallToolResultSchema, TIMEOUT);
             ids.push(task.taskId);
         }
-        let k = 0;
-        const gets = await withCpu(name, 'tasks_get', pid, () => rate(async () => {
-            const t = await tasks.getTask(ids[k++ % ids.length], TIMEOUT);
-            if (t.status !== 'completed') throw new Error(`unexpected status ${t.status}`);
-        }, GET_MS));
-        report(name, 'tasks_get_8_inflight', gets, 'requests/s');
+        report(name, 'tasks_get_8_inflight', await getRate(name, tasks, pid, ids), 'requests/s');
+    } finally {
+        await client.close();
+    }
+}
+
+/** The client against a server that does nothing: the ceiling for `tasks/get`. */
+async function benchNull() {
+    const name = 'e2e-null';
+    const { client, pid } = await connect(process.execPath, [resolve(HERE, 'null-server.mjs')]);
+    try {
+        const ids = Array.from({ length: INFLIGHT }, (_, i) => `null-task-${i}`);
+        report(name, 'tasks_get_8_inflight', await getRate(name, client.experimental.tasks, pid, ids), 'requests/s');
     } finally {
         await client.close();
     }
@@ -127,4 +154,5 @@ if (!server) {
 const reference = resolve(HERE, '../../tests/interop/ts/reference-server.mjs');
 await bench('e2e-ours', resolve(server), ['--poll-interval', '100ms', '--log', 'off']);
 await bench('e2e-ts-ref', process.execPath, [reference, '--poll-interval', '100']);
+await benchNull();
 process.exit(0);
