@@ -11,7 +11,8 @@ use crate::protocol::RpcError;
 /// Everything a [`Client`](super::Client) call can fail with.
 ///
 /// Transport problems ([`Io`](Self::Io), [`Closed`](Self::Closed), [`Http`](Self::Http),
-/// [`Protocol`](Self::Protocol)) say the conversation itself broke; [`Rpc`](Self::Rpc) is
+/// [`Protocol`](Self::Protocol), [`Timeout`](Self::Timeout)) say the conversation itself
+/// broke; [`Rpc`](Self::Rpc) is
 /// the server's own answer; the task variants say how a followed task ended without a
 /// usable result.
 #[derive(Debug)]
@@ -85,6 +86,15 @@ pub enum ClientError {
         /// Why it could not be answered.
         error: RpcError,
     },
+    /// The server did not answer a request within the client's request timeout
+    /// ([`ClientBuilder::request_timeout`](super::ClientBuilder::request_timeout)); the
+    /// request was given up, and an answer that comes later is ignored.
+    Timeout {
+        /// The request's method.
+        method: String,
+        /// The timeout that passed.
+        after: Duration,
+    },
     /// The operation does not exist in the negotiated revision (for example `tasks/list`
     /// on SEP-2663, `tasks/update` on 2025-11-25), or the client is configured wrongly (an
     /// `https://` URL).
@@ -93,7 +103,7 @@ pub enum ClientError {
 
 impl ClientError {
     /// True for the transport failures: [`Io`](Self::Io), [`Closed`](Self::Closed),
-    /// [`Http`](Self::Http) and [`Protocol`](Self::Protocol).
+    /// [`Http`](Self::Http), [`Protocol`](Self::Protocol) and [`Timeout`](Self::Timeout).
     pub fn is_transport(&self) -> bool {
         matches!(
             self,
@@ -101,6 +111,7 @@ impl ClientError {
                 | ClientError::Closed { .. }
                 | ClientError::Http { .. }
                 | ClientError::Protocol(_)
+                | ClientError::Timeout { .. }
         )
     }
 
@@ -174,6 +185,9 @@ impl fmt::Display for ClientError {
             }
             ClientError::Input { key, error } => {
                 write!(f, "input request '{key}' could not be answered: {error}")
+            }
+            ClientError::Timeout { method, after } => {
+                write!(f, "the server did not answer {method} within {after:?}")
             }
             ClientError::Unsupported(what) => write!(f, "unsupported: {what}"),
         }

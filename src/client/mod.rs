@@ -69,13 +69,23 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
 /// The shortest polling interval the client accepts from a server.
 const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// The longest polling interval the client accepts from a server unless configured
+/// otherwise ([`ClientBuilder::max_poll_interval`]): a longer suggestion (up to `u64::MAX`
+/// ms on the wire) would leave a task unpolled, and its stuck detector idle, for as long
+/// as it says.
+pub const DEFAULT_MAX_POLL_INTERVAL: Duration = Duration::from_secs(60);
+/// How long a request waits for its answer unless configured otherwise (the TypeScript
+/// SDK's default too).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Debug)]
 struct Config {
     revision: Revision,
     stuck_polls: u32,
     deadline: Option<Duration>,
+    request_timeout: Duration,
     poll_interval: Duration,
+    max_poll_interval: Duration,
     client_name: String,
     client_version: String,
 }
@@ -103,7 +113,9 @@ impl Default for ClientBuilder {
                 revision: Revision::V2025,
                 stuck_polls: DEFAULT_STUCK_POLLS,
                 deadline: None,
+                request_timeout: DEFAULT_REQUEST_TIMEOUT,
                 poll_interval: DEFAULT_POLL_INTERVAL,
+                max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
                 client_name: env!("CARGO_PKG_NAME").to_owned(),
                 client_version: env!("CARGO_PKG_VERSION").to_owned(),
             },
@@ -135,9 +147,30 @@ impl ClientBuilder {
         self
     }
 
-    /// The polling interval used when the server suggests none (default 1 s).
+    /// How long each request waits for its answer (default [`DEFAULT_REQUEST_TIMEOUT`],
+    /// 60 s) before it fails with [`ClientError::Timeout`] and a late answer is ignored:
+    /// the handshake, every method wrapper, the polls and updates of a followed task, and a
+    /// plain (task-less) `tools/call`, so a long-running tool that is not run as a task
+    /// needs a longer timeout. Not bounded by it: the `tasks/result` that
+    /// [`Client::call_tool`] holds open while it polls, and
+    /// [`Client::get_task_result`], which both wait for the task itself. `Duration::MAX`
+    /// waits for ever.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.config.request_timeout = timeout;
+        self
+    }
+
+    /// The polling interval used when the server suggests none (default 1 s; at least
+    /// 10 ms).
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.config.poll_interval = interval.max(MIN_POLL_INTERVAL);
+        self
+    }
+
+    /// The longest the client waits between two polls of a task, whatever the server
+    /// suggests (default [`DEFAULT_MAX_POLL_INTERVAL`], 60 s; at least 10 ms).
+    pub fn max_poll_interval(mut self, interval: Duration) -> Self {
+        self.config.max_poll_interval = interval.max(MIN_POLL_INTERVAL);
         self
     }
 
@@ -410,6 +443,17 @@ impl Client {
                         },
                     }),
                 )?;
+                // Tasks exist only in 2025-11-25: a server that settles on an older
+                // version would not understand the requests this client goes on to send.
+                let version = answer.get("protocolVersion").and_then(Value::as_str);
+                if version != Some(v2025::PROTOCOL_VERSION) {
+                    return Err(ClientError::Unsupported(format!(
+                        "the server answered initialize with protocol version {}; this \
+                         client speaks {}",
+                        version.map_or_else(|| "(none)".to_owned(), |v| format!("'{v}'")),
+                        v2025::PROTOCOL_VERSION
+                    )));
+                }
                 self.inner.transport.send(jsonrpc::notification(
                     "notifications/initialized",
                     json!({}),
@@ -499,15 +543,52 @@ impl Client {
     /// Sends any request and waits for its result (on SEP-2663 the request's `_meta` gets
     /// the protocol version and the tasks extension). The escape hatch for methods this
     /// client has no wrapper for.
+    /// Waits at most the request timeout ([`ClientBuilder::request_timeout`]).
     pub fn request(&self, method: &str, params: Value) -> Result<Value, ClientError> {
+        self.ask(method, params, None)
+            .map(|answer| answer.expect("no deadline to miss"))
+    }
+
+    /// Sends a request and waits for its answer for at most the request timeout, and not
+    /// past `deadline`: `Ok(None)` when the deadline came first, [`ClientError::Timeout`]
+    /// when the timeout did. Either way the request is forgotten; a late answer is
+    /// dropped.
+    fn ask(
+        &self,
+        method: &str,
+        params: Value,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Value>, ClientError> {
         let call = self.start(method, params)?;
-        self.wait(call, None)
-            .map_err(|e| e.unwrap_or_else(|| self.gone()))
+        let timeout = self.inner.config.request_timeout;
+        let timeout_at = Instant::now().checked_add(timeout);
+        let by = match (deadline, timeout_at) {
+            (Some(deadline), Some(timeout_at)) => Some(deadline.min(timeout_at)),
+            (deadline, timeout_at) => deadline.or(timeout_at),
+        };
+        match self.wait(call, by) {
+            Ok(value) => Ok(Some(value)),
+            Err(Some(error)) => Err(error),
+            Err(None) if deadline.is_some() && deadline == by => Ok(None),
+            Err(None) => Err(ClientError::Timeout {
+                method: method.to_owned(),
+                after: timeout,
+            }),
+        }
     }
 
     /// Lists the server's tools (every page), and remembers each tool's
     /// `execution.taskSupport` for [`call_tool`](Self::call_tool).
     pub fn list_tools(&self) -> Result<Vec<Value>, ClientError> {
+        self.list_tools_until(None)
+            .map(|tools| tools.expect("no deadline to miss"))
+    }
+
+    /// [`list_tools`](Self::list_tools), `Ok(None)` if `deadline` passes first.
+    fn list_tools_until(
+        &self,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Vec<Value>>, ClientError> {
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
@@ -515,7 +596,9 @@ impl Client {
                 Some(cursor) => json!({ "cursor": cursor }),
                 None => json!({}),
             };
-            let page = self.request("tools/list", params)?;
+            let Some(page) = self.ask("tools/list", params, deadline)? else {
+                return Ok(None);
+            };
             let listed = page.get("tools").and_then(Value::as_array).ok_or_else(|| {
                 ClientError::Protocol(format!("tools/list without tools: {page}"))
             })?;
@@ -544,21 +627,32 @@ impl Client {
             })
             .collect();
         *self.inner.tools.lock() = Some(support);
-        Ok(tools)
+        Ok(Some(tools))
     }
 
     /// A tool's `execution.taskSupport` (2025-11-25), from `tools/list` (fetched once).
     pub fn task_support(&self, tool: &str) -> Result<TaskSupport, ClientError> {
-        if self.inner.tools.lock().is_none() {
-            self.list_tools()?;
+        self.task_support_until(tool, None)
+            .map(|support| support.expect("no deadline to miss"))
+    }
+
+    /// [`task_support`](Self::task_support), `Ok(None)` if `deadline` passes first.
+    fn task_support_until(
+        &self,
+        tool: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Option<TaskSupport>, ClientError> {
+        if self.inner.tools.lock().is_none() && self.list_tools_until(deadline)?.is_none() {
+            return Ok(None);
         }
-        Ok(self
-            .inner
-            .tools
-            .lock()
-            .as_ref()
-            .and_then(|tools| tools.get(tool).copied())
-            .unwrap_or(TaskSupport::Forbidden))
+        Ok(Some(
+            self.inner
+                .tools
+                .lock()
+                .as_ref()
+                .and_then(|tools| tools.get(tool).copied())
+                .unwrap_or(TaskSupport::Forbidden),
+        ))
     }
 
     /// Calls a tool and returns its final result, following a task to its end if one
@@ -584,9 +678,12 @@ impl Client {
             polls: 0,
         };
         let mut call = ToolCall::new(name, arguments);
-        if self.revision() == Revision::V2025 && self.task_support(name)? != TaskSupport::Forbidden
-        {
-            call = call.as_task(options.task_ttl);
+        if self.revision() == Revision::V2025 {
+            match self.task_support_until(name, follow.deadline_at())? {
+                None => return Err(follow.deadline_error(None)),
+                Some(TaskSupport::Forbidden) => {}
+                Some(_) => call = call.as_task(options.task_ttl),
+            }
         }
         let mut rounds = 0;
         loop {
@@ -622,7 +719,7 @@ impl Client {
     /// answered: that is up to the caller.
     pub fn call_tool_raw(&self, call: &ToolCall) -> Result<CallOutcome, ClientError> {
         self.call_raw_until(call, None)
-            .map(|outcome| outcome.expect("no deadline"))
+            .map(|outcome| outcome.expect("no deadline to miss"))
     }
 
     fn call_raw_until(
@@ -630,11 +727,8 @@ impl Client {
         call: &ToolCall,
         deadline: Option<Instant>,
     ) -> Result<Option<CallOutcome>, ClientError> {
-        let pending = self.start("tools/call", call.params())?;
-        let reply = match self.wait(pending, deadline) {
-            Ok(reply) => reply,
-            Err(None) => return Ok(None),
-            Err(Some(error)) => return Err(error),
+        let Some(reply) = self.ask("tools/call", call.params(), deadline)? else {
+            return Ok(None);
         };
         let result_type = reply.get("resultType").and_then(Value::as_str);
         let outcome = match (self.revision(), result_type) {
@@ -691,9 +785,26 @@ impl Client {
         if let Some(ms) = task.poll_interval_ms {
             *current = Some(Duration::from_millis(ms));
         }
+        let config = &self.inner.config;
         current
-            .unwrap_or(self.inner.config.poll_interval)
+            .unwrap_or(config.poll_interval)
             .max(MIN_POLL_INTERVAL)
+            .min(config.max_poll_interval)
+    }
+
+    /// `tasks/get` for a followed task, within the request timeout and the call's deadline
+    /// (past which the task is abandoned); an id the server forgot is
+    /// [`ClientError::TaskExpired`].
+    fn poll_task(&self, task_id: &str, follow: &Follow<'_, '_>) -> Result<PolledTask, ClientError> {
+        match self.ask(
+            "tasks/get",
+            json!({ "taskId": task_id }),
+            follow.deadline_at(),
+        ) {
+            Ok(Some(value)) => PolledTask::from_value(&value),
+            Ok(None) => Err(self.abandon(task_id, follow.deadline_error(Some(task_id)))),
+            Err(error) => Err(vanished(task_id, error)),
+        }
     }
 
     /// Gives up on a task: a best-effort cancel, then `error`.
@@ -744,11 +855,11 @@ impl Client {
                 self.inner.shared.forget(&result.id);
                 return Err(self.abandon(&id, follow.deadline_error(Some(&id))));
             }
-            let polled = match self.get_task(&id) {
+            let polled = match self.poll_task(&id, follow) {
                 Ok(polled) => polled,
                 Err(error) => {
                     self.inner.shared.forget(&result.id);
-                    return Err(vanished(&id, error));
+                    return Err(error);
                 }
             };
             task = polled.task;
@@ -791,10 +902,7 @@ impl Client {
             task
         } else {
             // tasks/result answered before a poll saw the end: one last poll for the status.
-            let task = match self.get_task(&id) {
-                Ok(polled) => polled.task,
-                Err(error) => return Err(vanished(&id, error)),
-            };
+            let task = self.poll_task(&id, follow)?.task;
             follow.polls += 1;
             follow.report(&task);
             task
@@ -836,7 +944,7 @@ impl Client {
                 wake = wake.min(deadline);
             }
             std::thread::sleep(wake.saturating_duration_since(Instant::now()));
-            let polled = self.get_task(&id).map_err(|error| vanished(&id, error))?;
+            let polled = self.poll_task(&id, follow)?;
             task = polled.task.clone();
             follow.polls += 1;
             follow.report(&task);
@@ -879,7 +987,13 @@ impl Client {
                         answered.insert(key.clone());
                         responses.insert(key.clone(), answer);
                     }
-                    self.update_task(&id, responses)?;
+                    let update = json!({ "taskId": id, "inputResponses": responses });
+                    if self
+                        .ask("tasks/update", update, follow.deadline_at())?
+                        .is_none()
+                    {
+                        return Err(self.abandon(&id, follow.deadline_error(Some(&id))));
+                    }
                 }
             }
         }
@@ -917,10 +1031,14 @@ impl Client {
 
     /// `tasks/result` (2025-11-25): blocks until the task is terminal and returns what the
     /// tool call would have returned (its JSON-RPC error as [`ClientError::Rpc`]). Server
-    /// requests that arrive meanwhile are answered by the handlers.
+    /// requests that arrive meanwhile are answered by the handlers. It waits for the task,
+    /// however long it takes: the request timeout does not apply (the connection closing
+    /// still ends it).
     pub fn get_task_result(&self, task_id: &str) -> Result<Value, ClientError> {
         self.require(Revision::V2025, "tasks/result")?;
-        self.request("tasks/result", json!({ "taskId": task_id }))
+        let call = self.start("tasks/result", json!({ "taskId": task_id }))?;
+        self.wait(call, None)
+            .map_err(|error| error.unwrap_or_else(|| self.gone()))
     }
 
     /// `tasks/list` (2025-11-25): one page of this client's tasks.

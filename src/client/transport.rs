@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufReader, Read, Write};
+use std::panic::AssertUnwindSafe;
 use std::process::Child;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -254,15 +255,29 @@ pub(crate) fn start_dispatcher(
                 {
                     let outcome = match method.as_str() {
                         "ping" => Ok(json!({})),
-                        _ => handlers.answer(&InputRequest {
-                            method: method.clone(),
-                            params: params.unwrap_or_else(|| json!({})),
-                            task_id: task_id.clone(),
-                            key: match &id {
-                                RequestId::String(s) => s.clone(),
-                                RequestId::Number(n) => n.to_string(),
-                            },
-                        }),
+                        _ => {
+                            let input = InputRequest {
+                                method: method.clone(),
+                                params: params.unwrap_or_else(|| json!({})),
+                                task_id: task_id.clone(),
+                                key: match &id {
+                                    RequestId::String(s) => s.clone(),
+                                    RequestId::Number(n) => n.to_string(),
+                                },
+                            };
+                            // A panicking handler must not take this thread with it: every
+                            // later server request would go unanswered, and the task's
+                            // input count would never drop, so its stuck detector would
+                            // never fire.
+                            let answered = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                                handlers.answer(&input)
+                            }));
+                            answered.unwrap_or_else(|_| {
+                                Err(RpcError::internal(format!(
+                                    "the client's handler for {method} panicked"
+                                )))
+                            })
+                        }
                     };
                     let message = match outcome {
                         Ok(result) => jsonrpc::response(&id, result),

@@ -1,6 +1,7 @@
 //! One integration-test binary (each file under tests/ would otherwise re-link the crate).
 
 mod client;
+mod client_faults;
 mod handle;
 #[cfg(feature = "http")]
 mod http;

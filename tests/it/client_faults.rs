@@ -1,0 +1,262 @@
+//! The client against scripted servers that misbehave: silent, slow, with absurd poll
+//! intervals, a protocol version without tasks. Each server is a thread on one end of a
+//! socket pair that answers by method and records what it was asked.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mcp_task_store::client::{Client, ClientBuilder, ClientError, Revision};
+use serde_json::{json, Value};
+
+/// What a scripted server does with one request.
+enum Act {
+    Answer(Value),
+    /// Says nothing, ever.
+    Ignore,
+    /// Sends these messages first (server requests, say), then the answer.
+    SendThenAnswer(Vec<Value>, Value),
+}
+
+/// The methods of every request and the ids of every response the server got, in order.
+type Log = Arc<Mutex<Vec<String>>>;
+
+fn scripted(mut act: impl FnMut(&str, &Value) -> Act + Send + 'static) -> (UnixStream, Log) {
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let log = Log::default();
+    let seen = log.clone();
+    std::thread::spawn(move || {
+        let mut out = theirs.try_clone().unwrap();
+        for line in BufReader::new(theirs).lines() {
+            let Ok(line) = line else { return };
+            let message: Value = serde_json::from_str(&line).unwrap();
+            let Some(method) = message["method"].as_str() else {
+                seen.lock()
+                    .unwrap()
+                    .push(format!("response {}", message["id"]));
+                continue;
+            };
+            seen.lock().unwrap().push(method.to_owned());
+            let Some(id) = message.get("id") else {
+                continue;
+            };
+            let (before, result) = match act(method, &message["params"]) {
+                Act::Ignore => continue,
+                Act::Answer(result) => (Vec::new(), result),
+                Act::SendThenAnswer(before, result) => (before, result),
+            };
+            for message in before {
+                writeln!(out, "{message}").unwrap();
+            }
+            let reply = json!({"jsonrpc": "2.0", "id": id, "result": result});
+            if writeln!(out, "{reply}").is_err() {
+                return;
+            }
+        }
+    });
+    (ours, log)
+}
+
+fn connect(builder: ClientBuilder, stream: UnixStream) -> Result<Client, ClientError> {
+    builder.connect_streams(stream.try_clone().unwrap(), stream)
+}
+
+fn initialized(version: &str) -> Act {
+    Act::Answer(json!({
+        "protocolVersion": version,
+        "capabilities": {"tasks": {"requests": {"tools": {"call": {}}}}},
+        "serverInfo": {"name": "scripted", "version": "0"}
+    }))
+}
+
+fn discovered() -> Act {
+    Act::Answer(json!({
+        "supportedVersions": ["2026-07-28"],
+        "capabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        "serverInfo": {"name": "scripted", "version": "0"}
+    }))
+}
+
+fn tool_list(support: &str) -> Act {
+    Act::Answer(json!({"tools": [
+        {"name": "work", "inputSchema": {"type": "object"}, "execution": {"taskSupport": support}}
+    ]}))
+}
+
+fn task(status: &str) -> Value {
+    json!({"taskId": "t1", "status": status, "createdAt": "2026-01-01T00:00:00Z",
+           "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": null, "pollInterval": 20})
+}
+
+fn methods(log: &Log) -> Vec<String> {
+    log.lock().unwrap().clone()
+}
+
+#[test]
+fn the_deadline_bounds_a_poll_the_server_never_answers_on_both_revisions() {
+    for revision in [Revision::V2025, Revision::Sep2663] {
+        let (stream, log) = scripted(move |method, _| match method {
+            "initialize" => initialized("2025-11-25"),
+            "server/discover" => discovered(),
+            "tools/list" => tool_list("optional"),
+            "tools/call" if revision == Revision::V2025 => {
+                Act::Answer(json!({"task": task("working")}))
+            }
+            "tools/call" => Act::Answer(
+                json!({"resultType": "task", "taskId": "t1", "status": "working", "pollIntervalMs": 20}),
+            ),
+            "tasks/cancel" => Act::Answer(task("cancelled")),
+            _ => Act::Ignore, // tasks/get, tasks/result
+        });
+        let builder = Client::builder()
+            .revision(revision)
+            .deadline(Duration::from_millis(300));
+        let client = connect(builder, stream).unwrap();
+        let started = Instant::now();
+        let error = client.call_tool("work", json!({})).unwrap_err();
+        assert!(
+            matches!(&error, ClientError::Deadline { task_id: Some(id), .. } if id == "t1"),
+            "{revision:?}: {error}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{revision:?}");
+        assert!(
+            methods(&log).contains(&"tasks/cancel".to_owned()),
+            "{revision:?}: the abandoned task was not cancelled: {:?}",
+            methods(&log)
+        );
+    }
+}
+
+#[test]
+fn the_deadline_bounds_the_tools_list_a_call_starts_with() {
+    let (stream, _) = scripted(|method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        _ => Act::Ignore,
+    });
+    let client = connect(Client::builder(), stream).unwrap();
+    let options = mcp_task_store::client::CallOptions::new().deadline(Duration::from_millis(200));
+    let error = client
+        .call_tool_with("work", json!({}), options)
+        .unwrap_err();
+    assert!(
+        matches!(error, ClientError::Deadline { task_id: None, .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_server_that_never_answers_the_handshake_times_out() {
+    for revision in [Revision::V2025, Revision::Sep2663] {
+        let (stream, _) = scripted(|_, _| Act::Ignore);
+        let builder = Client::builder()
+            .revision(revision)
+            .request_timeout(Duration::from_millis(200));
+        let error = connect(builder, stream).unwrap_err();
+        assert!(
+            matches!(&error, ClientError::Timeout { method, after }
+                if method == ["initialize", "server/discover"][(revision == Revision::Sep2663) as usize]
+                    && *after == Duration::from_millis(200)),
+            "{revision:?}: {error}"
+        );
+        assert!(error.is_transport());
+    }
+}
+
+#[test]
+fn a_request_that_times_out_is_forgotten_and_the_connection_goes_on() {
+    let slow = Arc::new(Mutex::new(true));
+    let first = slow.clone();
+    let (stream, _) = scripted(move |method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        // The first ping is answered only after the next request arrives: too late.
+        "ping" if std::mem::replace(&mut *first.lock().unwrap(), false) => Act::Ignore,
+        "ping" => Act::Answer(json!({"second": true})),
+        _ => Act::Ignore,
+    });
+    let builder = Client::builder().request_timeout(Duration::from_millis(200));
+    let client = connect(builder, stream).unwrap();
+    let error = client.request("ping", json!({})).unwrap_err();
+    assert!(
+        matches!(&error, ClientError::Timeout { method, .. } if method == "ping"),
+        "{error}"
+    );
+    assert_eq!(
+        client.request("ping", json!({})).unwrap(),
+        json!({"second": true})
+    );
+}
+
+#[test]
+fn a_suggested_poll_interval_is_capped() {
+    let (stream, log) = scripted(|method, _| match method {
+        "server/discover" => discovered(),
+        "tools/call" => Act::Answer(json!({
+            "resultType": "task", "taskId": "t1", "status": "working", "pollIntervalMs": u64::MAX
+        })),
+        "tasks/get" => Act::Answer(json!({
+            "taskId": "t1", "status": "completed", "result": {"content": []}
+        })),
+        _ => Act::Ignore,
+    });
+    let builder = Client::builder()
+        .revision(Revision::Sep2663)
+        .max_poll_interval(Duration::from_millis(50));
+    let client = connect(builder, stream).unwrap();
+    let started = Instant::now();
+    assert_eq!(
+        client.call_tool("work", json!({})).unwrap(),
+        json!({"content": []})
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(methods(&log).contains(&"tasks/get".to_owned()));
+}
+
+#[test]
+fn a_panicking_input_handler_answers_with_an_error_and_the_stuck_detector_still_fires() {
+    let asked = Arc::new(Mutex::new(false));
+    let (stream, log) = scripted(move |method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        "tools/list" => tool_list("required"),
+        "tools/call" => Act::Answer(json!({"task": task("input_required")})),
+        "tasks/get" if !std::mem::replace(&mut *asked.lock().unwrap(), true) => {
+            Act::SendThenAnswer(
+                vec![
+                    json!({"jsonrpc": "2.0", "id": "e1", "method": "elicitation/create", "params": {
+                        "message": "?", "requestedSchema": {"type": "object"},
+                        "_meta": {"io.modelcontextprotocol/related-task": {"taskId": "t1"}}
+                    }}),
+                ],
+                task("input_required"),
+            )
+        }
+        "tasks/get" => Act::Answer(task("input_required")),
+        "tasks/cancel" => Act::Answer(task("cancelled")),
+        _ => Act::Ignore,
+    });
+    let builder = Client::builder()
+        .stuck_polls(3)
+        .on_elicitation(|_| panic!("a bug in the handler"));
+    let client = connect(builder, stream).unwrap();
+    let error = client.call_tool("work", json!({})).unwrap_err();
+    assert!(matches!(error, ClientError::Stuck { .. }), "{error}");
+    let log = methods(&log);
+    assert!(
+        log.contains(&"response \"e1\"".to_owned()),
+        "the server's request got no answer: {log:?}"
+    );
+}
+
+#[test]
+fn a_server_that_settles_on_a_version_without_tasks_is_refused() {
+    let (stream, log) = scripted(|method, _| match method {
+        "initialize" => initialized("2025-06-18"),
+        _ => Act::Ignore,
+    });
+    let error = connect(Client::builder(), stream).unwrap_err();
+    assert!(
+        matches!(&error, ClientError::Unsupported(what) if what.contains("'2025-06-18'")),
+        "{error}"
+    );
+    assert!(!methods(&log).contains(&"notifications/initialized".to_owned()));
+}
