@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::{Sender, TrySendError};
@@ -48,6 +48,11 @@ pub struct Connection {
     /// Live 2025-11-25 tasks this connection created: the ones it sends
     /// `notifications/tasks/status` for (SEP-2663 has no unsolicited notifications).
     notified: Mutex<HashSet<TaskId>>,
+    /// False once `initialize` settled on a protocol version older than 2025-11-25, which
+    /// has no tasks: the client is then served as if the server had none.
+    tasks_negotiated: AtomicBool,
+    /// Set by [`close`](Connection::close): nobody will answer a request sent from now on.
+    closed: AtomicBool,
 }
 
 impl std::fmt::Debug for Connection {
@@ -94,6 +99,8 @@ impl Connection {
             next_request_id: AtomicI64::new(1),
             blocked_results: AtomicUsize::new(0),
             notified: Mutex::new(HashSet::new()),
+            tasks_negotiated: AtomicBool::new(true),
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -141,11 +148,16 @@ impl Connection {
         if method == "server/discover" || meta.revision() == Revision::Sep2663 {
             return self.handle_sep2663(&method, params, meta, reply);
         }
+        let tasks = self.tasks_negotiated.load(Ordering::Acquire);
         match method.as_str() {
             "initialize" => reply.send(self.initialize(params)),
             "ping" => reply.send(Ok(json!({}))),
             "tools/list" => reply.send(Ok(self.tools_list(Revision::V2025))),
             "tools/call" => self.tools_call(params, Revision::V2025, meta, reply),
+            // Before 2025-11-25 there are no tasks to ask about.
+            m if !tasks && v2025::is_tasks_method(m) => {
+                reply.send(Err(RpcError::method_not_found(m)))
+            }
             "tasks/result" => self.tasks_result(params, reply),
             m if v2025::is_tasks_method(m) => {
                 let store = self.core.store.as_ref();
@@ -212,12 +224,15 @@ impl Connection {
             .iter()
             .find(|v| **v == requested)
             .unwrap_or(&SUPPORTED_VERSIONS[0]);
+        let tasks = *version == v2025::PROTOCOL_VERSION;
+        self.tasks_negotiated.store(tasks, Ordering::Release);
+        let mut capabilities = json!({ "tools": { "listChanged": false } });
+        if tasks {
+            capabilities["tasks"] = v2025::capabilities();
+        }
         Ok(json!({
             "protocolVersion": version,
-            "capabilities": {
-                "tools": { "listChanged": false },
-                "tasks": v2025::capabilities(),
-            },
+            "capabilities": capabilities,
             "serverInfo": { "name": self.core.name, "version": self.core.version },
         }))
     }
@@ -229,8 +244,9 @@ impl Connection {
             .iter()
             .map(|tool| {
                 let mut descriptor = tool.descriptor();
-                if revision == Revision::Sep2663 {
-                    // `execution.taskSupport` does not exist in 2026-07-28: the server decides.
+                // `execution.taskSupport` does not exist in 2026-07-28 (the server decides),
+                // nor before 2025-11-25 (no tasks at all).
+                if revision == Revision::Sep2663 || !self.tasks_negotiated.load(Ordering::Acquire) {
                     if let Some(object) = descriptor.as_object_mut() {
                         object.remove("execution");
                     }
@@ -283,6 +299,11 @@ impl Connection {
             responses: call.input_responses,
         };
         match revision {
+            // A client on a version without tasks declared none: `params.task` is ignored
+            // and every tool runs as a plain call.
+            Revision::V2025 if !self.tasks_negotiated.load(Ordering::Acquire) => {
+                self.run_inline(run, Binding::inline(), reply)
+            }
             Revision::V2025 => match (call.task, run.tool.task_support()) {
                 (Some(_), TaskSupport::Forbidden) => reply.send(Err(RpcError::new(
                     jsonrpc::METHOD_NOT_FOUND,
@@ -526,9 +547,12 @@ impl Connection {
             .retain(|_, pending| pending.task != Some(task_id));
     }
 
-    /// Ends every outstanding client request (the transport closed).
+    /// Ends every outstanding client request (the transport closed); a tool that asks the
+    /// client for something from now on gets an error at once.
     pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
         self.pending.lock().clear();
+        self.notified.lock().clear();
     }
 
     fn client_supports(&self, method: &str) -> bool {
@@ -623,6 +647,14 @@ impl ClientPeer for Connection {
         self.pending
             .lock()
             .insert(id.clone(), Pending { task, reply });
+        // `close` sets the flag before it empties `pending`: either it removed this entry
+        // (dropping the sender ends the wait below) or the flag is seen here.
+        if self.closed.load(Ordering::SeqCst) {
+            self.pending.lock().remove(&id);
+            return Err(RpcError::internal(format!(
+                "{method} was not sent: the connection is closed"
+            )));
+        }
         if let Err(error) = self
             .outgoing
             .try_send(jsonrpc::request(&id, method, params))

@@ -928,3 +928,92 @@ fn status_notifications_are_sent_only_for_2025_tasks() {
         "the first one is for the 2025 task"
     );
 }
+
+#[test]
+fn a_tool_that_asks_the_client_after_the_connection_closed_gets_an_error_at_once() {
+    let (go_tx, go) = crossbeam_channel::bounded::<()>(1);
+    let late_asker = Tool::new(
+        "late_ask",
+        "Asks the client once told to",
+        json!({"type": "object"}),
+        TaskSupport::Forbidden,
+        move |_, ctx| {
+            go.recv().unwrap();
+            ctx.elicit(json!({"message": "still there?", "requestedSchema": {"type": "object"}}))
+        },
+    );
+    let server = Server::builder()
+        .workers(1)
+        .tool(late_asker)
+        .build()
+        .unwrap();
+    // An outgoing channel whose reader (the transport's writer) outlives the connection,
+    // as on stdio: sending still succeeds after the close.
+    let (outgoing_tx, _outgoing) = crossbeam_channel::unbounded();
+    let connection = server.connect(outgoing_tx, None);
+    let (answers_tx, answers) = crossbeam_channel::unbounded();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {"form": {}}}}});
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                      "params": {"name": "late_ask", "arguments": {}}});
+    for message in [init, call] {
+        let answers_tx = answers_tx.clone();
+        connection.handle_text(
+            &message.to_string(),
+            Box::new(move |v| answers_tx.send(v).unwrap()),
+        );
+    }
+    assert_eq!(answers.recv_timeout(WAIT).unwrap()["id"], 1);
+    connection.close();
+    go_tx.send(()).unwrap();
+    let answer = answers
+        .recv_timeout(WAIT)
+        .expect("the call is answered, not left waiting for a client that is gone");
+    assert_eq!(answer["id"], 2);
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    assert!(answer["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("connection is closed"));
+}
+
+#[test]
+fn a_client_on_a_version_without_tasks_is_served_without_them() {
+    let mut h = Harness::new();
+    let init = h.result(
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}}),
+    );
+    assert_eq!(init["protocolVersion"], "2025-06-18");
+    assert!(init["capabilities"].get("tasks").is_none(), "{init}");
+    assert!(init["capabilities"]["tools"].is_object());
+    let tools = h.result("tools/list", json!({}));
+    for tool in tools["tools"].as_array().unwrap() {
+        assert!(tool.get("execution").is_none(), "{tool}");
+    }
+    // A tool that requires a task for 2025-11-25 clients runs as a plain call, and a
+    // `params.task` this client cannot mean is ignored.
+    let slept = h.result(
+        "tools/call",
+        json!({"name": "sleep_required", "arguments": {"ms": 1}}),
+    );
+    assert_eq!(slept, text_result("slept 1 ms"));
+    let plain = h.result(
+        "tools/call",
+        json!({"name": "sleep", "arguments": {"ms": 1}, "task": {"ttl": 1000}}),
+    );
+    assert_eq!(plain, text_result("slept 1 ms"));
+    for method in ["tasks/get", "tasks/result", "tasks/list", "tasks/cancel"] {
+        assert_eq!(
+            h.error_code(
+                method,
+                json!({"taskId": "00000000-0000-4000-8000-000000000000"})
+            ),
+            -32601,
+            "{method}"
+        );
+    }
+    // Initializing again on 2025-11-25 brings tasks back.
+    let init = h.initialize(json!({}));
+    assert!(init["capabilities"]["tasks"].is_object());
+}
