@@ -53,6 +53,10 @@ pub struct Connection {
     tasks_negotiated: AtomicBool,
     /// Set by [`close`](Connection::close): nobody will answer a request sent from now on.
     closed: AtomicBool,
+    /// Plain 2025-11-25 calls still running, by request id, so `notifications/cancelled`
+    /// can stop them. (Not SEP-2663 calls: over HTTP their connection is shared by every
+    /// stateless client, whose request ids may collide.)
+    inline_runs: Mutex<HashMap<RequestId, Arc<Binding>>>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -101,6 +105,7 @@ impl Connection {
             notified: Mutex::new(HashSet::new()),
             tasks_negotiated: AtomicBool::new(true),
             closed: AtomicBool::new(false),
+            inline_runs: Mutex::new(HashMap::new()),
         })
     }
 
@@ -121,9 +126,10 @@ impl Connection {
     pub fn handle_message(self: &Arc<Self>, message: Message, respond: Responder) {
         match message {
             Message::Request(request) => self.handle_request(request, respond),
-            Message::Notification(notification) => {
-                log::debug!("notification {}", notification.method);
-            }
+            Message::Notification(notification) => match notification.method.as_str() {
+                "notifications/cancelled" => self.cancel_request(notification.params),
+                other => log::debug!("notification {other}"),
+            },
             Message::Response(response) => {
                 let pending = self.pending.lock().remove(&response.id);
                 match pending {
@@ -136,8 +142,28 @@ impl Connection {
         }
     }
 
+    /// `notifications/cancelled`: tells a plain call still running that its client gave up
+    /// on it ([`TaskContext::is_cancelled`], and its `sleep` wakes). Its answer is still
+    /// sent, and the client ignores it. A task is never cancelled this way: that takes
+    /// `tasks/cancel`.
+    fn cancel_request(&self, params: Option<Value>) {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Cancelled {
+            request_id: RequestId,
+        }
+        let Ok(Cancelled { request_id }) = jsonrpc::params::<Cancelled>(params) else {
+            return log::debug!("notifications/cancelled without a usable requestId");
+        };
+        let run = self.inline_runs.lock().get(&request_id).cloned();
+        if run.is_some_and(|binding| binding.cancel_inline()) {
+            log::info!("request {request_id} cancelled by the client");
+        }
+    }
+
     fn handle_request(self: &Arc<Self>, request: Request, respond: Responder) {
         let Request { id, method, params } = request;
+        let request_id = id.clone();
         let reply = Reply::new(move |outcome: Result<Value, RpcError>| {
             respond(match outcome {
                 Ok(result) => jsonrpc::response(&id, result),
@@ -146,14 +172,14 @@ impl Connection {
         });
         let meta = RequestMeta::of(params.as_ref());
         if method == "server/discover" || meta.revision() == Revision::Sep2663 {
-            return self.handle_sep2663(&method, params, meta, reply);
+            return self.handle_sep2663(&method, params, meta, request_id, reply);
         }
         let tasks = self.tasks_negotiated.load(Ordering::Acquire);
         match method.as_str() {
             "initialize" => reply.send(self.initialize(params)),
             "ping" => reply.send(Ok(json!({}))),
             "tools/list" => reply.send(Ok(self.tools_list(Revision::V2025))),
-            "tools/call" => self.tools_call(params, Revision::V2025, meta, reply),
+            "tools/call" => self.tools_call(params, Revision::V2025, meta, request_id, reply),
             // Before 2025-11-25 there are no tasks to ask about.
             m if !tasks && v2025::is_tasks_method(m) => {
                 reply.send(Err(RpcError::method_not_found(m)))
@@ -175,6 +201,7 @@ impl Connection {
         method: &str,
         params: Option<Value>,
         meta: RequestMeta,
+        id: RequestId,
         reply: Reply,
     ) {
         let reply = reply.map(|value| {
@@ -190,7 +217,7 @@ impl Connection {
             "tools/list" => reply.send(Ok(sep2663::with_cache_fields(
                 self.tools_list(Revision::Sep2663),
             ))),
-            "tools/call" => self.tools_call(params, Revision::Sep2663, meta, reply),
+            "tools/call" => self.tools_call(params, Revision::Sep2663, meta, id, reply),
             m if sep2663::is_tasks_method(m) => {
                 let store = self.core.store.as_ref();
                 let outcome = sep2663::handle(store, self.session.as_ref(), m, params);
@@ -262,6 +289,7 @@ impl Connection {
         params: Option<Value>,
         revision: Revision,
         meta: RequestMeta,
+        id: RequestId,
         reply: Reply,
     ) {
         let origin = json!({ "method": "tools/call", "params": params.clone(), "revision": revision.as_str() });
@@ -297,6 +325,7 @@ impl Connection {
             origin,
             revision,
             responses: call.input_responses,
+            request: id,
         };
         match revision {
             // A client on a version without tasks declared none: `params.task` is ignored
@@ -405,11 +434,36 @@ impl Connection {
     /// Runs a plain call on the worker pool and answers with its result. If the pool
     /// refuses the job, dropping it drops the reply, which answers "busy".
     fn run_inline(self: &Arc<Self>, run: Run, binding: Arc<Binding>, reply: Reply) {
-        let connection = self.clone();
-        let _ = self.core.pool.submit(move || {
-            let context = connection.context(binding, &run);
-            reply.send(run_tool(&run.tool, run.arguments, &context));
+        // Registered before the job is queued, so a cancel that overtakes it still counts.
+        let registered = (run.revision == Revision::V2025).then(|| {
+            let request = run.request.clone();
+            self.inline_runs
+                .lock()
+                .insert(request.clone(), binding.clone());
+            (request, binding.clone())
         });
+        let connection = self.clone();
+        let submitted = self.core.pool.submit(move || {
+            let context = connection.context(binding.clone(), &run);
+            let outcome = run_tool(&run.tool, run.arguments, &context);
+            if run.revision == Revision::V2025 {
+                connection.forget_inline_run(&run.request, &binding);
+            }
+            reply.send(outcome);
+        });
+        if let (Err(_), Some((request, binding))) = (submitted, registered) {
+            // The refused job is dropped, and its reply answered "busy".
+            self.forget_inline_run(&request, &binding);
+        }
+    }
+
+    /// Removes a finished plain call from [`inline_runs`](Self::inline_runs), unless a newer
+    /// call reused its request id meanwhile.
+    fn forget_inline_run(&self, request: &RequestId, binding: &Arc<Binding>) {
+        let mut runs = self.inline_runs.lock();
+        if runs.get(request).is_some_and(|b| Arc::ptr_eq(b, binding)) {
+            runs.remove(request);
+        }
     }
 
     /// SEP-2663 promotion: the call runs inline for up to the server's promotion budget. If
@@ -547,12 +601,17 @@ impl Connection {
             .retain(|_, pending| pending.task != Some(task_id));
     }
 
-    /// Ends every outstanding client request (the transport closed); a tool that asks the
-    /// client for something from now on gets an error at once.
+    /// Ends every outstanding client request (the transport closed) and cancels the plain
+    /// calls still running; a tool that asks the client for something from now on gets an
+    /// error at once.
     pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         self.pending.lock().clear();
         self.notified.lock().clear();
+        // Nobody will read their answers: let plain calls stop and free their workers.
+        for binding in self.inline_runs.lock().values() {
+            binding.cancel_inline();
+        }
     }
 
     fn client_supports(&self, method: &str) -> bool {
@@ -613,6 +672,8 @@ struct Run {
     revision: Revision,
     /// The call's own `inputResponses` (multi-round-trip answers).
     responses: Option<Value>,
+    /// The `tools/call` request's id.
+    request: RequestId,
 }
 
 fn run_tool(tool: &Tool, arguments: Value, context: &TaskContext) -> Result<Value, RpcError> {

@@ -8,7 +8,7 @@
 //! [`Binding`]); the context follows it.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -64,6 +64,9 @@ pub(crate) struct Binding {
     state: Mutex<BindingState>,
     changed: Condvar,
     promotable: bool,
+    /// The client cancelled the call (`notifications/cancelled`) while it ran inline.
+    /// Written under `state`'s lock, so a waiter on `changed` cannot miss it.
+    cancelled_inline: AtomicBool,
 }
 
 impl Binding {
@@ -73,6 +76,7 @@ impl Binding {
             state: Mutex::new(BindingState::Task(id, token)),
             changed: Condvar::new(),
             promotable: false,
+            cancelled_inline: AtomicBool::new(false),
         })
     }
 
@@ -82,6 +86,7 @@ impl Binding {
             state: Mutex::new(BindingState::Inline),
             changed: Condvar::new(),
             promotable: false,
+            cancelled_inline: AtomicBool::new(false),
         })
     }
 
@@ -91,7 +96,35 @@ impl Binding {
             state: Mutex::new(BindingState::Inline),
             changed: Condvar::new(),
             promotable: true,
+            cancelled_inline: AtomicBool::new(false),
         })
+    }
+
+    /// The client cancelled the call. Only a run still inline is affected: a task is
+    /// cancelled with `tasks/cancel`, never by the request's cancellation. True if it was.
+    pub(crate) fn cancel_inline(&self) -> bool {
+        let state = self.state.lock();
+        if !matches!(*state, BindingState::Inline) {
+            return false;
+        }
+        self.cancelled_inline.store(true, Ordering::Release);
+        self.changed.notify_all();
+        true
+    }
+
+    fn is_cancelled_inline(&self) -> bool {
+        self.cancelled_inline.load(Ordering::Acquire)
+    }
+
+    /// Sleeps until `deadline` unless the call is cancelled first (then true).
+    fn sleep_inline(&self, deadline: Instant) -> bool {
+        let mut state = self.state.lock();
+        while !self.is_cancelled_inline() {
+            if self.changed.wait_until(&mut state, deadline).timed_out() {
+                return self.is_cancelled_inline();
+            }
+        }
+        true
     }
 
     fn current(&self) -> Option<(TaskId, CancelToken)> {
@@ -109,7 +142,8 @@ impl Binding {
         make_task: impl FnOnce() -> Result<(TaskId, CancelToken, T), E>,
     ) -> Option<Result<T, E>> {
         let mut state = self.state.lock();
-        if !matches!(*state, BindingState::Inline) {
+        // A call its client cancelled is finishing inline: it must not become a task.
+        if !matches!(*state, BindingState::Inline) || self.is_cancelled_inline() {
             return None;
         }
         let made = match make_task() {
@@ -148,6 +182,7 @@ impl Binding {
             match &*state {
                 BindingState::Task(id, token) => return Some((*id, token.clone())),
                 BindingState::NeverTask => return None,
+                BindingState::Inline if self.is_cancelled_inline() => return None,
                 BindingState::Inline => {}
             }
             match deadline {
@@ -225,11 +260,13 @@ impl TaskContext {
         self.revision
     }
 
-    /// True once the task was cancelled or expired: the tool should stop soon.
+    /// True once the task was cancelled or expired, or, for a plain call, once the client
+    /// cancelled the request (`notifications/cancelled`): the tool should stop soon.
     pub fn is_cancelled(&self) -> bool {
-        self.binding
-            .current()
-            .is_some_and(|(_, token)| token.is_cancelled())
+        match self.binding.current() {
+            Some((_, token)) => token.is_cancelled(),
+            None => self.binding.is_cancelled_inline(),
+        }
     }
 
     /// Sets the task's status message (progress for the humans polling it).
@@ -243,19 +280,21 @@ impl TaskContext {
             .map(|_| ())
     }
 
-    /// Sleeps for `duration`, waking at once (with `Cancelled`) if the task ends meanwhile.
-    /// It waits on the store rather than polling a flag.
+    /// Sleeps for `duration`, waking at once (with `Cancelled`) if the task ends meanwhile,
+    /// or, for a plain call, if the client cancels the request. It waits on the store (or
+    /// the call's binding) rather than polling a flag.
     pub fn sleep(&self, duration: Duration) -> Result<(), Cancelled> {
         let deadline = Instant::now() + duration;
         let bound = match self.binding.current() {
             Some(bound) => Some(bound),
             None if self.binding.promotable => self.binding.wait_bound(Some(deadline)),
-            None => {
-                std::thread::sleep(duration);
-                return Ok(());
-            }
+            None if self.binding.sleep_inline(deadline) => return Err(Cancelled),
+            None => return Ok(()),
         };
         let Some((id, _)) = bound else {
+            if self.binding.is_cancelled_inline() {
+                return Err(Cancelled);
+            }
             return Ok(()); // slept the whole time inline
         };
         let left = deadline.saturating_duration_since(Instant::now());

@@ -1017,3 +1017,57 @@ fn a_client_on_a_version_without_tasks_is_served_without_them() {
     let init = h.initialize(json!({}));
     assert!(init["capabilities"]["tasks"].is_object());
 }
+
+#[test]
+fn notifications_cancelled_stops_a_plain_call_but_never_a_task() {
+    let mut h = Harness::new();
+    h.initialize(json!({}));
+    let (answers_tx, answers) = crossbeam_channel::unbounded();
+    let send = |h: &Harness, message: Value| {
+        let answers_tx = answers_tx.clone();
+        h.connection.handle_text(
+            &message.to_string(),
+            Box::new(move |v| answers_tx.send(v).unwrap()),
+        );
+    };
+    let cancel = |id: Value| {
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+               "params": {"requestId": id, "reason": "changed my mind"}})
+    };
+    // A plain call of ten minutes, cancelled: it stops and its worker is free again.
+    send(
+        &h,
+        json!({"jsonrpc": "2.0", "id": "long", "method": "tools/call",
+               "params": {"name": "sleep", "arguments": {"ms": 600_000}}}),
+    );
+    send(&h, cancel(json!("long")));
+    let answer = answers
+        .recv_timeout(WAIT)
+        .expect("the cancelled call stops");
+    assert_eq!(answer["id"], "long");
+    assert!(answer.get("error").is_some(), "{answer}");
+    // A task is not cancelled by cancelling the request that created it.
+    let id = h.start("sleep", json!({"ms": 600_000}));
+    send(&h, cancel(json!(h.next_id))); // the tools/call that created it
+    send(&h, cancel(json!("no such request")));
+    assert_eq!(
+        h.result("tasks/get", json!({"taskId": id}))["status"],
+        "working"
+    );
+    h.result("tasks/cancel", json!({"taskId": id}));
+}
+
+#[test]
+fn closing_the_connection_stops_its_plain_calls() {
+    let h = Harness::new();
+    let (answers_tx, answers) = crossbeam_channel::unbounded();
+    h.connection.handle_text(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "sleep", "arguments": {"ms": 600_000}}})
+        .to_string(),
+        Box::new(move |v| answers_tx.send(v).unwrap()),
+    );
+    h.connection.close();
+    let answer = answers.recv_timeout(WAIT).expect("the call stops");
+    assert!(answer.get("error").is_some(), "{answer}");
+}
