@@ -224,6 +224,49 @@ fn a_torn_tail_is_dropped_and_the_journal_keeps_working() {
 }
 
 #[test]
+fn a_zero_filled_tail_is_dropped_and_every_acknowledged_change_kept() {
+    // A crash after the file's size reached the disk but before its data did leaves zeros
+    // at the end of the log, where an unacknowledged batch was being written.
+    let dir = tempfile::tempdir().unwrap();
+    let id = open(dir.path()).create(CreateTask::new()).unwrap().task_id;
+    let log = log_file(dir.path());
+    let good_len = fs::metadata(&log).unwrap().len();
+    let mut bytes = fs::read(&log).unwrap();
+    bytes.extend_from_slice(&[0; 4096]);
+    fs::write(&log, &bytes).unwrap();
+    let store = open(dir.path());
+    assert!(store.get(id, None).is_ok());
+    assert_eq!(fs::metadata(&log).unwrap().len(), good_len);
+}
+
+#[test]
+fn zeros_in_the_middle_with_records_after_them_are_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = open(dir.path());
+        for _ in 0..3 {
+            store.create(CreateTask::new()).unwrap();
+        }
+    }
+    let log = log_file(dir.path());
+    let mut bytes = fs::read(&log).unwrap();
+    let first_len = u32::from_le_bytes(bytes[0..4].try_into().unwrap()) as usize;
+    let second = 8 + first_len;
+    let second_len = u32::from_le_bytes(bytes[second..second + 4].try_into().unwrap()) as usize;
+    bytes[second..second + 8 + second_len].fill(0); // a whole acknowledged batch
+    fs::write(&log, &bytes).unwrap();
+    match Store::builder()
+        .journal(JournalConfig::new(dir.path()))
+        .build()
+    {
+        Err(StoreError::Journal(message)) => {
+            assert!(message.contains(&format!("offset {second}")), "{message}");
+        }
+        other => panic!("expected a journal error, got {other:?}"),
+    }
+}
+
+#[test]
 fn a_damaged_record_in_the_middle_is_an_error_naming_file_and_offset() {
     let dir = tempfile::tempdir().unwrap();
     {

@@ -1,10 +1,13 @@
-//! Record framing: `[length: u32 LE][crc32 of the payload: u32 LE][payload]`, so a torn tail
-//! is recognised and dropped, and damage in the middle of a file is found and reported.
+//! Record framing: `[length: u32 LE][crc32 of the payload: u32 LE][payload]`.
+//!
+//! The journal writes each group-commit batch as one frame, so a batch is read back whole or
+//! not at all, and the only frame a crash can leave broken is the last one. A broken frame
+//! is told apart from damage by what follows it: a torn tail (a write cut short, or a file
+//! whose size reached the disk before its data, which then reads back as zeros) has no valid
+//! frame anywhere after the broken one, while damage in the middle of a file does.
 
 use std::io::{self, Write};
 
-/// Largest payload accepted when reading (a corrupt length beyond it is damage).
-pub(crate) const MAX_RECORD: usize = 256 * 1024 * 1024;
 const HEADER: usize = 8;
 
 /// CRC-32 (IEEE 802.3), computed with a table built at compile time.
@@ -35,8 +38,15 @@ pub(crate) fn crc32(bytes: &[u8]) -> u32 {
     !crc
 }
 
-/// Appends one framed record.
+/// Appends one framed record. The payload is a JSON object or array, never empty: a
+/// zero-filled header (`len = 0`, and `crc32(b"") == 0`) must never read as a valid frame.
 pub(crate) fn write_frame(out: &mut impl Write, payload: &[u8]) -> io::Result<usize> {
+    if !is_json_container(payload) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a journal record must be a JSON object or array",
+        ));
+    }
     let len = u32::try_from(payload.len())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "record larger than 4 GiB"))?;
     out.write_all(&len.to_le_bytes())?;
@@ -45,71 +55,90 @@ pub(crate) fn write_frame(out: &mut impl Write, payload: &[u8]) -> io::Result<us
     Ok(HEADER + payload.len())
 }
 
+/// Whether `payload` starts and ends like a JSON object or array, as every payload written
+/// does. Besides refusing empty payloads, this keeps the search for a valid frame after a
+/// broken one cheap: candidates that fail it cost no checksum.
+fn is_json_container(payload: &[u8]) -> bool {
+    matches!(
+        (payload.first(), payload.last()),
+        (Some(b'{'), Some(b'}')) | (Some(b'['), Some(b']'))
+    )
+}
+
 /// How a file's sequence of frames ends.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Ending {
     /// Every byte belongs to a valid frame.
     Clean,
-    /// The last frame is incomplete or fails its checksum: a write torn by a crash. Valid
-    /// data ends at `offset`.
+    /// The last frame is incomplete, fails its checksum or was never written (zeros), and
+    /// no valid frame follows it: a write torn by a crash. Valid data ends at `offset`.
     TornTail { offset: u64 },
 }
 
-/// A frame whose checksum fails while valid data follows it: real damage, not a torn write.
+/// A broken frame with a valid frame after it: real damage, not a torn write.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Damaged {
     pub(crate) offset: u64,
     pub(crate) reason: String,
 }
 
+/// The frame at the start of `rest`: its payload, or why it is broken.
+fn frame_at(rest: &[u8]) -> Result<&[u8], &'static str> {
+    if rest.len() < HEADER {
+        return Err("the frame header is cut short");
+    }
+    let len = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
+    if len == 0 {
+        return Err("the frame header is zero");
+    }
+    if rest.len() - HEADER < len {
+        return Err("the frame runs past the end of the file");
+    }
+    let payload = &rest[HEADER..HEADER + len];
+    if crc32(payload) != crc {
+        return Err("checksum mismatch");
+    }
+    if !is_json_container(payload) {
+        return Err("the payload is not a record");
+    }
+    Ok(payload)
+}
+
+/// The first offset at or after `from` where a valid frame starts, if any.
+fn next_valid_frame(bytes: &[u8], from: usize) -> Option<usize> {
+    (from..bytes.len()).find(|&at| frame_at(&bytes[at..]).is_ok())
+}
+
 /// Splits `bytes` into frame payloads.
+///
+/// The first broken frame ends the valid data. It is a torn tail when no valid frame starts
+/// at any later byte: with one frame per batch and a sync between batches, only the last,
+/// unacknowledged batch can be torn, and whatever it left behind (a cut, zeros, part of its
+/// payload) holds no valid frame. Anything acknowledged after the broken frame would be a
+/// valid frame, so finding one means damage, never a tail to drop.
 pub(crate) fn read_frames(bytes: &[u8]) -> Result<(Vec<&[u8]>, Ending), Damaged> {
     let mut frames = Vec::new();
     let mut offset = 0usize;
     while offset < bytes.len() {
-        let rest = &bytes[offset..];
-        if rest.len() < HEADER {
-            return Ok((
-                frames,
-                Ending::TornTail {
-                    offset: offset as u64,
-                },
-            ));
-        }
-        let len = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
-        if len > MAX_RECORD {
-            return Err(Damaged {
-                offset: offset as u64,
-                reason: format!("record length {len} is beyond any record this store writes"),
-            });
-        }
-        if rest.len() < HEADER + len {
-            return Ok((
-                frames,
-                Ending::TornTail {
-                    offset: offset as u64,
-                },
-            ));
-        }
-        let payload = &rest[HEADER..HEADER + len];
-        if crc32(payload) != crc {
-            let end = offset + HEADER + len;
-            if end == bytes.len() {
-                return Ok((
-                    frames,
-                    Ending::TornTail {
-                        offset: offset as u64,
-                    },
-                ));
+        match frame_at(&bytes[offset..]) {
+            Ok(payload) => {
+                frames.push(payload);
+                offset += HEADER + payload.len();
             }
-            return Err(Damaged {
-                offset: offset as u64,
-                reason: "checksum mismatch".into(),
-            });
+            Err(reason) => {
+                if let Some(next) = next_valid_frame(bytes, offset + 1) {
+                    return Err(Damaged {
+                        offset: offset as u64,
+                        reason: format!(
+                            "{reason}, and a valid record follows at byte offset {next}"
+                        ),
+                    });
+                }
+                let offset = offset as u64;
+                return Ok((frames, Ending::TornTail { offset }));
+            }
         }
-        frames.push(payload);
-        offset += HEADER + len;
     }
     Ok((frames, Ending::Clean))
 }
@@ -117,6 +146,10 @@ pub(crate) fn read_frames(bytes: &[u8]) -> Result<(Vec<&[u8]>, Ending), Damaged>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const ALPHA: &[u8] = br#"{"a":"alpha"}"#;
+    const BETA: &[u8] = br#"[{"b":"beta"}]"#;
+    const GAMMA: &[u8] = br#"{"c":"gamma"}"#;
 
     fn file(payloads: &[&[u8]]) -> Vec<u8> {
         let mut out = Vec::new();
@@ -134,16 +167,24 @@ mod tests {
 
     #[test]
     fn frames_round_trip() {
-        let bytes = file(&[b"one", b"", b"three"]);
+        let bytes = file(&[ALPHA, BETA, GAMMA]);
         let (frames, ending) = read_frames(&bytes).unwrap();
-        assert_eq!(frames, vec![&b"one"[..], b"", b"three"]);
+        assert_eq!(frames, vec![ALPHA, BETA, GAMMA]);
         assert_eq!(ending, Ending::Clean);
     }
 
     #[test]
+    fn the_writer_refuses_payloads_a_zero_filled_header_could_pass_for() {
+        for payload in [&b""[..], b"alpha", b"{"] {
+            let err = write_frame(&mut Vec::new(), payload).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        }
+    }
+
+    #[test]
     fn every_truncation_is_a_torn_tail_at_the_last_whole_frame() {
-        let bytes = file(&[b"alpha", b"beta"]);
-        let first_end = 8 + 5;
+        let bytes = file(&[ALPHA, BETA]);
+        let first_end = 8 + ALPHA.len();
         for cut in 0..bytes.len() {
             let (frames, ending) = read_frames(&bytes[..cut]).unwrap();
             let expected_frames = usize::from(cut >= first_end);
@@ -158,29 +199,81 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_checksum_in_the_middle_is_damage_at_the_end_a_torn_tail() {
-        let mut bytes = file(&[b"alpha", b"beta", b"gamma"]);
-        bytes[8 + 5 + 8] ^= 0x01; // first byte of "beta"
-        assert_eq!(
-            read_frames(&bytes).unwrap_err(),
-            Damaged {
-                offset: 13,
-                reason: "checksum mismatch".into()
-            }
-        );
-        let mut tail = file(&[b"alpha", b"beta"]);
-        let last = tail.len() - 1;
-        tail[last] ^= 0x01;
-        assert_eq!(
-            read_frames(&tail).unwrap().1,
-            Ending::TornTail { offset: 13 }
-        );
+    fn a_zero_filled_tail_is_a_torn_tail() {
+        let good = file(&[ALPHA]);
+        let mut bytes = good.clone();
+        bytes.extend_from_slice(&[0; 4096]);
+        let (frames, ending) = read_frames(&bytes).unwrap();
+        assert_eq!(frames, vec![ALPHA]);
+        let offset = good.len() as u64;
+        assert_eq!(ending, Ending::TornTail { offset });
     }
 
     #[test]
-    fn an_absurd_length_is_damage() {
-        let mut bytes = file(&[b"alpha"]);
-        bytes[3] = 0x7f;
-        assert!(read_frames(&bytes).is_err());
+    fn a_last_batch_persisted_only_in_part_is_a_torn_tail_wherever_the_zeros_are() {
+        // The file's size reached the disk, its data only in places: every byte of the last
+        // write is either what was written or zero. One frame per batch makes any such
+        // batch a torn tail, dropped whole.
+        let good = file(&[ALPHA]);
+        let batch = file(&[br#"[{"b":"beta"},{"c":"gamma"}]"#]);
+        for start in 0..batch.len() {
+            for end in start + 1..=batch.len() {
+                if batch[start..end].iter().all(|&b| b == 0) {
+                    continue; // nothing torn
+                }
+                let mut bytes = good.clone();
+                bytes.extend_from_slice(&batch);
+                bytes[good.len() + start..good.len() + end].fill(0);
+                let (frames, ending) = read_frames(&bytes).unwrap();
+                assert_eq!(frames, vec![ALPHA], "zeros at {start}..{end}");
+                let offset = good.len() as u64;
+                assert_eq!(
+                    ending,
+                    Ending::TornTail { offset },
+                    "zeros at {start}..{end}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_torn_run_of_frames_with_nothing_valid_after_it_is_a_torn_tail() {
+        // The reviewer's case: a log written one frame per record, whose last two frames
+        // kept only their first 20 bytes.
+        let good = file(&[ALPHA]);
+        let mut bytes = good.clone();
+        let mut last = file(&[BETA, GAMMA]);
+        last[20..].fill(0);
+        bytes.extend_from_slice(&last);
+        let (frames, ending) = read_frames(&bytes).unwrap();
+        assert_eq!(frames, vec![ALPHA]);
+        let offset = good.len() as u64;
+        assert_eq!(ending, Ending::TornTail { offset });
+    }
+
+    #[test]
+    fn a_broken_frame_with_a_valid_one_after_it_is_damage() {
+        let mut bytes = file(&[ALPHA, BETA, GAMMA]);
+        let second = 8 + ALPHA.len();
+        bytes[second + 8] ^= 0x01; // first byte of BETA
+        let damage = read_frames(&bytes).unwrap_err();
+        assert_eq!(damage.offset, second as u64);
+        assert!(damage.reason.starts_with("checksum mismatch"), "{damage:?}");
+        let mut tail = file(&[ALPHA, BETA]);
+        let last = tail.len() - 1;
+        tail[last] ^= 0x01;
+        let offset = second as u64;
+        assert_eq!(read_frames(&tail).unwrap().1, Ending::TornTail { offset });
+    }
+
+    #[test]
+    fn a_broken_length_with_a_valid_frame_after_it_is_damage() {
+        let second = 8 + ALPHA.len();
+        for len in [0u32, 0x7f00_0000, 4096] {
+            let mut bytes = file(&[ALPHA, BETA, GAMMA]);
+            bytes[second..second + 4].copy_from_slice(&len.to_le_bytes());
+            let damage = read_frames(&bytes).unwrap_err();
+            assert_eq!(damage.offset, second as u64, "length {len}");
+        }
     }
 }

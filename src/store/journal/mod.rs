@@ -4,7 +4,10 @@
 //!
 //! On disk, a directory holds generation `G`: `snapshot-G` (every live task at the moment
 //! generation `G` began; absent for generation 0) and `journal-G.log` (the changes since).
-//! Both are sequences of framed JSON records (see [`frame`]). Compaction writes
+//! Both are sequences of framed JSON records (see [`frame`]). A log holds one frame per
+//! group-commit batch (a JSON array of the batch's records, read back whole or not at all),
+//! so only its last frame can be torn by a crash; headers and snapshot records are framed one
+//! by one. Compaction writes
 //! `snapshot-(G+1)` through a temporary file and a rename, starts `journal-(G+1).log`, then
 //! deletes generation `G`; a crash at any point leaves a directory recovery reads correctly,
 //! because a generation's log is only ever replayed over its own snapshot.
@@ -66,7 +69,12 @@ impl JournalConfig {
     }
 }
 
-const VERSION: u32 = 1;
+/// The format this build writes. Version 1 framed every log record by itself, so a crash
+/// could tear a batch in the middle; this build reads it and rewrites it as version 2 at
+/// start (see [`Journal::should_compact`]).
+const VERSION: u32 = 2;
+/// The oldest format this build reads.
+const OLDEST_VERSION: u32 = 1;
 
 /// One record in a journal or snapshot file.
 #[derive(Debug, Serialize, Deserialize)]
@@ -91,6 +99,8 @@ pub(crate) struct Recovered {
     pub(crate) cursor_key: Option<u64>,
     pub(crate) next_seq: u64,
     pub(crate) tasks: Vec<TaskRecord>,
+    /// A file was written in an older format than [`VERSION`].
+    pub(crate) legacy: bool,
 }
 
 /// An open journal, appending to `journal-G.log`.
@@ -102,8 +112,16 @@ pub(crate) struct Journal {
     log_bytes: u64,
     /// Size of the live data when the generation began (its snapshot), for compaction.
     base_bytes: u64,
-    scratch: Vec<u8>,
+    /// The batch being appended: a JSON array of records, written as one frame by
+    /// [`commit`](Journal::commit).
+    batch: Vec<u8>,
+    /// The files read at start were in an older format: compact at once, so that no file
+    /// mixes formats and an older build meeting the new one says so by its version.
+    legacy: bool,
 }
+
+/// A batch buffer larger than this is not kept for reuse after its batch.
+const BATCH_KEEP: usize = 1024 * 1024;
 
 fn io_error(path: &Path, what: &str, e: io::Error) -> StoreError {
     StoreError::Journal(format!("{what} {}: {e}", path.display()))
@@ -161,44 +179,27 @@ fn replay(
     })?;
     let mut offset = 0u64;
     for payload in frames {
-        let record: Record = serde_json::from_slice(payload).map_err(|e| {
+        let unreadable = |e: serde_json::Error| {
             StoreError::Journal(format!(
                 "{} has an unreadable record at byte offset {offset}: {e}",
                 path.display()
             ))
-        })?;
+        };
+        // A batch is an array of records; a header or snapshot record (and every record
+        // of a version 1 log) is framed alone.
+        let records: Vec<Record> = if payload.first() == Some(&b'[') {
+            serde_json::from_slice(payload).map_err(unreadable)?
+        } else {
+            vec![serde_json::from_slice(payload).map_err(unreadable)?]
+        };
         offset += 8 + payload.len() as u64;
-        match record {
-            Record::Header {
-                version,
-                cursor_key,
-                next_seq,
-                ..
-            } => {
-                if version != VERSION {
-                    return Err(StoreError::Journal(format!(
-                        "{} has format version {version}; this build reads {VERSION}",
-                        path.display()
-                    )));
-                }
-                recovered.cursor_key = Some(cursor_key);
-                recovered.next_seq = recovered.next_seq.max(next_seq);
-            }
-            Record::Put(mut task) => {
-                if task.origin.is_none() {
-                    task.origin = state.get(&task.id).and_then(|t| t.origin.clone());
-                }
-                recovered.next_seq = recovered.next_seq.max(task.seq + 1);
-                state.insert(task.id, task);
-            }
-            Record::Remove { id } => {
-                state.remove(&id);
-            }
+        for record in records {
+            apply(path, record, state, recovered)?;
         }
     }
     if let frame::Ending::TornTail { offset } = ending {
         log::warn!(
-            "{}: dropping a torn record at byte offset {offset} (a write cut short by a crash)",
+            "{}: dropping a torn batch at byte offset {offset} (a write cut short by a crash)",
             path.display()
         );
         if repair {
@@ -213,6 +214,44 @@ fn replay(
         return Ok(offset);
     }
     Ok(bytes.len() as u64)
+}
+
+/// Applies one record read back from `path` to the recovered state.
+fn apply(
+    path: &Path,
+    record: Record,
+    state: &mut BTreeMap<TaskId, TaskRecord>,
+    recovered: &mut Recovered,
+) -> Result<(), StoreError> {
+    match record {
+        Record::Header {
+            version,
+            cursor_key,
+            next_seq,
+            ..
+        } => {
+            if !(OLDEST_VERSION..=VERSION).contains(&version) {
+                return Err(StoreError::Journal(format!(
+                    "{} has format version {version}; this build reads {OLDEST_VERSION} to {VERSION}",
+                    path.display()
+                )));
+            }
+            recovered.legacy |= version < VERSION;
+            recovered.cursor_key = Some(cursor_key);
+            recovered.next_seq = recovered.next_seq.max(next_seq);
+        }
+        Record::Put(mut task) => {
+            if task.origin.is_none() {
+                task.origin = state.get(&task.id).and_then(|t| t.origin.clone());
+            }
+            recovered.next_seq = recovered.next_seq.max(task.seq + 1);
+            state.insert(task.id, task);
+        }
+        Record::Remove { id } => {
+            state.remove(&id);
+        }
+    }
+    Ok(())
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -263,7 +302,8 @@ impl Journal {
             log: BufWriter::with_capacity(64 * 1024, file),
             log_bytes,
             base_bytes,
-            scratch: Vec::new(),
+            batch: Vec::new(),
+            legacy: recovered.legacy,
         };
         Ok((journal, recovered))
     }
@@ -273,16 +313,25 @@ impl Journal {
         self.log_bytes == 0
     }
 
-    /// Appends a record (buffered until [`commit`](Self::commit)).
+    /// Appends a record to the current batch (written by [`commit`](Self::commit)).
     pub(crate) fn append(&mut self, record: &Record) -> io::Result<()> {
-        self.scratch.clear();
-        serde_json::to_writer(&mut self.scratch, record)?;
-        self.log_bytes += frame::write_frame(&mut self.log, &self.scratch)? as u64;
+        self.batch
+            .push(if self.batch.is_empty() { b'[' } else { b',' });
+        serde_json::to_writer(&mut self.batch, record)?;
         Ok(())
     }
 
-    /// Makes what was appended as durable as the configuration asks.
+    /// Writes the batch as one frame and makes it as durable as the configuration asks.
     pub(crate) fn commit(&mut self) -> io::Result<()> {
+        if !self.batch.is_empty() {
+            self.batch.push(b']');
+            let written = frame::write_frame(&mut self.log, &self.batch);
+            self.batch.clear();
+            if self.batch.capacity() > BATCH_KEEP {
+                self.batch = Vec::new();
+            }
+            self.log_bytes += written? as u64;
+        }
         match self.config.durability {
             Durability::Fsync => {
                 self.log.flush()?;
@@ -293,8 +342,21 @@ impl Journal {
         }
     }
 
-    /// Whether the log has outgrown the live data enough to compact.
+    /// Writes one record as a frame of its own, ahead of any batch: a header, which an
+    /// older build must be able to read to report the format version.
+    fn write_alone(&mut self, record: &Record) -> io::Result<()> {
+        debug_assert!(self.batch.is_empty(), "a header goes before any batch");
+        let payload = serde_json::to_vec(record)?;
+        self.log_bytes += frame::write_frame(&mut self.log, &payload)? as u64;
+        Ok(())
+    }
+
+    /// Whether the log has outgrown the live data enough to compact, or was read in an
+    /// older format (compacting rewrites it in this one).
     pub(crate) fn should_compact(&self, live_bytes_estimate: u64) -> bool {
+        if self.legacy {
+            return true;
+        }
         let live = live_bytes_estimate.max(self.base_bytes).max(1);
         self.log_bytes >= self.config.compact_min_bytes
             && self.log_bytes / live >= u64::from(self.config.compact_ratio)
@@ -312,6 +374,7 @@ impl Journal {
         next_seq: u64,
         tasks: &[TaskRecord],
     ) -> io::Result<()> {
+        debug_assert!(self.batch.is_empty(), "compaction runs between batches");
         self.log.flush()?;
         let dir = self.config.dir.clone();
         let next = self.generation + 1;
@@ -343,7 +406,8 @@ impl Journal {
         self.generation = next;
         self.log_bytes = 0;
         self.base_bytes = bytes;
-        self.append(&Record::Header {
+        self.legacy = false;
+        self.write_alone(&Record::Header {
             version: VERSION,
             generation: next,
             cursor_key,
@@ -358,11 +422,128 @@ impl Journal {
 
     /// Writes the header a fresh log starts with.
     pub(crate) fn write_header(&mut self, cursor_key: u64, next_seq: u64) -> io::Result<()> {
-        self.append(&Record::Header {
+        self.write_alone(&Record::Header {
             version: VERSION,
             generation: self.generation,
             cursor_key,
             next_seq,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::CreateTask;
+    use crate::Store;
+
+    /// A store on `dir` that writes nothing at start (running tasks are kept).
+    fn open(dir: &Path) -> Store {
+        let mut config = JournalConfig::new(dir);
+        config.recovery = RecoveryPolicy::Keep;
+        Store::builder().journal(config).build().unwrap()
+    }
+
+    fn only(dir: &Path, prefix: &str) -> PathBuf {
+        let mut found: Vec<PathBuf> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+            .collect();
+        assert_eq!(found.len(), 1, "{found:?}");
+        found.pop().unwrap()
+    }
+
+    #[test]
+    fn a_torn_run_of_frames_at_the_end_is_dropped_and_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = open(dir.path()).create(CreateTask::new()).unwrap().task_id;
+        let log = only(dir.path(), "journal-");
+        let mut bytes = fs::read(&log).unwrap();
+        let good = bytes.len() as u64;
+        // An unacknowledged batch of two records, framed one by one as version 1 did: the
+        // file's size reached the disk, its data only for the first 20 bytes.
+        let payload = serde_json::to_vec(&Record::Remove { id }).unwrap();
+        let mut batch = Vec::new();
+        frame::write_frame(&mut batch, &payload).unwrap();
+        frame::write_frame(&mut batch, &payload).unwrap();
+        batch[20..].fill(0);
+        bytes.extend_from_slice(&batch);
+        fs::write(&log, &bytes).unwrap();
+        let store = open(dir.path());
+        assert!(
+            store.get(id, None).is_ok(),
+            "the torn removal is not applied"
+        );
+        drop(store);
+        assert_eq!(fs::metadata(&log).unwrap().len(), good);
+    }
+
+    #[test]
+    fn a_version_1_journal_is_read_and_rewritten_in_the_current_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids: Vec<TaskId> = {
+            let store = open(dir.path());
+            (0..3)
+                .map(|_| store.create(CreateTask::new()).unwrap().task_id)
+                .collect()
+        };
+        // Rewrite the log as version 1 wrote it: its header says 1, each record is framed
+        // alone.
+        let log = only(dir.path(), "journal-");
+        let bytes = fs::read(&log).unwrap();
+        let (frames, ending) = frame::read_frames(&bytes).unwrap();
+        assert_eq!(ending, frame::Ending::Clean);
+        let mut old = Vec::new();
+        for payload in frames {
+            let mut value: serde_json::Value = serde_json::from_slice(payload).unwrap();
+            let records = match value.as_array_mut() {
+                Some(batch) => std::mem::take(batch),
+                None => {
+                    value["version"] = 1.into();
+                    vec![value]
+                }
+            };
+            for record in records {
+                frame::write_frame(&mut old, &serde_json::to_vec(&record).unwrap()).unwrap();
+            }
+        }
+        fs::write(&log, &old).unwrap();
+        let store = open(dir.path());
+        for id in &ids {
+            assert!(store.get(*id, None).is_ok());
+        }
+        drop(store);
+        // Opening compacted it: a version 2 snapshot now holds every task.
+        let snapshot = fs::read(only(dir.path(), "snapshot-")).unwrap();
+        let (frames, _) = frame::read_frames(&snapshot).unwrap();
+        let header: serde_json::Value = serde_json::from_slice(frames[0]).unwrap();
+        assert_eq!(header["version"], VERSION);
+        assert_eq!(frames.len(), 1 + ids.len());
+        assert!(!log.exists(), "the version 1 log is gone");
+    }
+
+    #[test]
+    fn a_newer_format_is_refused_by_its_version() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(open(dir.path()));
+        let log = only(dir.path(), "journal-");
+        let header = Record::Header {
+            version: VERSION + 1,
+            generation: 0,
+            cursor_key: 1,
+            next_seq: 1,
+        };
+        let mut bytes = Vec::new();
+        frame::write_frame(&mut bytes, &serde_json::to_vec(&header).unwrap()).unwrap();
+        fs::write(&log, &bytes).unwrap();
+        let err = Store::builder()
+            .journal(JournalConfig::new(dir.path()))
+            .build()
+            .unwrap_err();
+        let StoreError::Journal(message) = err else {
+            panic!("{err:?}")
+        };
+        assert!(message.contains("format version 3"), "{message}");
     }
 }
