@@ -45,7 +45,7 @@ impl SpinBudget {
     /// Polls `ready` up to the budget; true as soon as it holds. Adjusts the budget.
     pub(crate) fn spin(&mut self, mut ready: impl FnMut() -> bool) -> bool {
         self.waits = self.waits.wrapping_add(1);
-        let limit = if self.waits % PROBE_EVERY == 0 {
+        let limit = if self.waits.is_multiple_of(PROBE_EVERY) {
             MAX_SPINS
         } else {
             self.spins

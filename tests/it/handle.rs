@@ -197,7 +197,7 @@ fn exactly_one_winner_among_racing_completions_and_cancels() {
         assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");
         let task = store.get(id, None).unwrap();
         let winner = winners[0];
-        if winner % 2 == 0 {
+        if winner.is_multiple_of(2) {
             assert_eq!(task.status, TaskStatus::Completed);
             let stored = store.get_result(id, None).unwrap();
             assert_eq!(stored.outcome, Outcome::result(json!({"winner": winner})));

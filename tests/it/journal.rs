@@ -294,6 +294,44 @@ fn a_damaged_record_in_the_middle_is_an_error_naming_file_and_offset() {
 }
 
 #[test]
+fn a_second_store_on_a_directory_in_use_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = open(dir.path());
+    let id = first.create(CreateTask::new()).unwrap().task_id;
+    match Store::builder()
+        .journal(JournalConfig::new(dir.path()))
+        .build()
+    {
+        Err(StoreError::Journal(message)) => {
+            assert!(message.contains("in use by another store"), "{message}");
+            assert!(
+                message.contains(&dir.path().display().to_string()),
+                "{message}"
+            );
+        }
+        other => panic!("expected a journal error, got {other:?}"),
+    }
+    // The refused store touched nothing: the first one goes on, and what it acknowledged
+    // is there after a restart.
+    let other = first.create(CreateTask::new()).unwrap().task_id;
+    drop(first);
+    let store = open(dir.path());
+    assert!(store.get(id, None).is_ok());
+    assert!(store.get(other, None).is_ok());
+}
+
+#[test]
+fn the_lock_goes_with_the_store_and_a_lock_file_left_behind_does_not_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = open(dir.path()).create(CreateTask::new()).unwrap().task_id;
+    // The file stays, as after a crash; only a live holder's lock counts (a killed child
+    // holding it is covered by the SIGKILL test below, which reopens after every kill).
+    assert!(dir.path().join("LOCK").exists());
+    let store = open(dir.path());
+    assert!(store.get(id, None).is_ok());
+}
+
+#[test]
 fn compaction_snapshots_and_truncates_without_losing_anything() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = journal(dir.path(), RecoveryPolicy::Keep);

@@ -11,11 +11,16 @@
 //! `snapshot-(G+1)` through a temporary file and a rename, starts `journal-(G+1).log`, then
 //! deletes generation `G`; a crash at any point leaves a directory recovery reads correctly,
 //! because a generation's log is only ever replayed over its own snapshot.
+//!
+//! A store holds an exclusive lock on the directory's `LOCK` file for as long as its journal
+//! is open, so a second store (say, a restarted server overlapping the old one) is refused
+//! instead of appending to the same log. The lock is advisory and dies with its process: a
+//! `LOCK` file left behind by a crash does not block the next start.
 
 mod frame;
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -115,6 +120,10 @@ pub(crate) struct Journal {
     /// The batch being appended: a JSON array of records, written as one frame by
     /// [`commit`](Journal::commit).
     batch: Vec<u8>,
+    /// An exclusive lock on `LOCK` in the directory, held while the journal lives: a second
+    /// store appending to the same log would reuse sequence numbers and lose tasks. The
+    /// operating system drops it with the file, and with a process that dies.
+    _lock: File,
     /// The files read at start were in an older format: compact at once, so that no file
     /// mixes formats and an older build meeting the new one says so by its version.
     legacy: bool,
@@ -254,6 +263,25 @@ fn apply(
     Ok(())
 }
 
+/// Takes the directory's exclusive lock, or says that another store holds it.
+fn lock_dir(dir: &Path) -> Result<File, StoreError> {
+    let path = dir.join("LOCK");
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| io_error(&path, "cannot open", e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(StoreError::Journal(format!(
+            "{} is in use by another store (its LOCK file is held)",
+            dir.display()
+        ))),
+        Err(TryLockError::Error(e)) => Err(io_error(&path, "cannot lock", e)),
+    }
+}
+
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -263,6 +291,8 @@ impl Journal {
     pub(crate) fn open(config: &JournalConfig) -> Result<(Journal, Recovered), StoreError> {
         let dir = &config.dir;
         fs::create_dir_all(dir).map_err(|e| io_error(dir, "cannot create", e))?;
+        // Before reading anything: what another store is writing is not ours to recover.
+        let lock = lock_dir(dir)?;
         let (snapshots, logs) = generations(dir)?;
         let generation = snapshots.last().copied().unwrap_or(0);
         let mut recovered = Recovered::default();
@@ -303,6 +333,7 @@ impl Journal {
             log_bytes,
             base_bytes,
             batch: Vec::new(),
+            _lock: lock,
             legacy: recovered.legacy,
         };
         Ok((journal, recovered))
