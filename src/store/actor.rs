@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
+use crossbeam_channel::{RecvTimeoutError, Sender, TryRecvError, TrySendError};
 use serde_json::Value;
 
 use super::clock::{Millis, Now};
@@ -115,8 +115,11 @@ pub(crate) enum Command {
         timeout: Option<Duration>,
         reply: Reply<Value>,
     },
+    /// `events` is made on the caller's thread: allocating its buffer is the caller's
+    /// cost, and the owner thread never holds the lock through it.
     Subscribe {
-        reply: Reply<Receiver<StoreEvent>>,
+        events: Sender<StoreEvent>,
+        reply: Reply<()>,
     },
     Stats {
         reply: Reply<StoreStats>,
@@ -487,11 +490,10 @@ impl StoreActor {
                 );
                 out.release_unless_journaled(m);
             }
-            Command::Subscribe { reply } => {
-                let (events, receiver) = crossbeam_channel::bounded(m.config().event_buffer);
+            Command::Subscribe { events, reply } => {
                 m.set_events_enabled(true);
                 out.subscribers.push(Subscriber { events, missed: 0 });
-                out.answer(m, reply, Ok(receiver));
+                out.answer(m, reply, Ok(()));
             }
             Command::Stats { reply } => {
                 let stats = m.stats();

@@ -48,7 +48,8 @@ pub struct StoreConfig {
     /// Most callers blocked on one task at once (default 1024); protects the owner thread
     /// from a flood of waits.
     pub max_waiters_per_task: usize,
-    /// Events buffered per subscriber before it is considered lagging (default 1024).
+    /// Events buffered per subscriber before it is considered lagging (default 1024, at
+    /// most 65,536: every slot is allocated when the subscriber joins).
     pub event_buffer: usize,
 }
 
@@ -73,6 +74,10 @@ impl Default for StoreConfig {
 const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Largest page the store will build in one command.
 const MAX_PAGE_SIZE: usize = 100_000;
+/// Largest buffer per subscriber. A bounded channel allocates all its slots up front (a
+/// few hundred bytes each), so an unchecked size could fail that allocation (a panic or an
+/// abort); a subscriber this far behind is lagging whatever the buffer.
+const MAX_EVENT_BUFFER: usize = 1 << 16;
 
 impl StoreConfig {
     /// Checks every field; the error names the first offending one.
@@ -127,8 +132,11 @@ impl StoreConfig {
         if self.max_waiters_per_task == 0 {
             return bad("max_waiters_per_task", "must be at least 1");
         }
-        if self.event_buffer == 0 {
-            return bad("event_buffer", "must be at least 1");
+        if self.event_buffer == 0 || self.event_buffer > MAX_EVENT_BUFFER {
+            return bad(
+                "event_buffer",
+                format!("must be between 1 and {MAX_EVENT_BUFFER}"),
+            );
         }
         Ok(())
     }

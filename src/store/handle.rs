@@ -146,6 +146,7 @@ impl StoreBuilder {
     pub fn build(self) -> Result<Store, StoreError> {
         let cursor_key = TaskId::random().as_u128() as u64;
         let time = TimeSource::new(self.clock);
+        let event_buffer = self.config.event_buffer;
         let (machine, journal) = match &self.journal {
             None => (StoreMachine::new(self.config, cursor_key)?, None),
             Some(journal_config) => {
@@ -185,6 +186,7 @@ impl StoreBuilder {
                 reads,
                 gate,
                 spinners: Arc::new(AtomicUsize::new(0)),
+                event_buffer,
             },
             thread: Some(thread),
         })
@@ -271,6 +273,8 @@ pub struct StoreHandle {
     gate: Option<Arc<Gate>>,
     /// Callers of this store spinning for an answer right now (shared by all handles).
     spinners: Arc<AtomicUsize>,
+    /// Each subscriber's buffer (`StoreConfig::event_buffer`).
+    event_buffer: usize,
 }
 
 impl StoreHandle {
@@ -512,7 +516,9 @@ impl StoreHandle {
     /// A channel of status events. A subscriber that falls behind loses events (it then
     /// receives [`StoreEvent::Lagged`]); it never slows the store down.
     pub fn subscribe(&self) -> Result<Receiver<StoreEvent>, StoreError> {
-        self.call(|reply| Command::Subscribe { reply })
+        let (events, receiver) = crossbeam_channel::bounded(self.event_buffer);
+        self.call(|reply| Command::Subscribe { events, reply })?;
+        Ok(receiver)
     }
 
     /// Counters: live tasks, parked waiters, timers.

@@ -495,6 +495,24 @@ fn a_slow_subscriber_never_blocks_the_store() {
 }
 
 #[test]
+fn an_event_buffer_too_large_to_allocate_is_refused_at_build_not_on_subscribe() {
+    // It used to pass validation, then panic the owner thread (or abort the process) in
+    // the first subscribe, after which every call answered `Closed`.
+    match Store::builder().event_buffer(usize::MAX).build() {
+        Err(StoreError::InvalidConfig { field, .. }) => assert_eq!(field, "event_buffer"),
+        other => panic!("expected InvalidConfig, got {:?}", other.map(|_| ())),
+    }
+    let store = Store::builder().event_buffer(1 << 16).build().unwrap();
+    let events = store.subscribe().unwrap();
+    let id = store.create(CreateTask::new()).unwrap().task_id;
+    assert!(matches!(
+        events.recv_timeout(Duration::from_secs(5)).unwrap(),
+        StoreEvent::Created { task, .. } if task.task_id == id
+    ));
+    assert!(store.get(id, None).is_ok());
+}
+
+#[test]
 fn dropped_subscribers_are_forgotten() {
     let store = Store::builder().build().unwrap();
     drop(store.subscribe().unwrap());

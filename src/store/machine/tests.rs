@@ -210,6 +210,28 @@ fn config_rejects_zero_values_naming_the_field() {
     assert_eq!(config().validate(), Ok(()));
 }
 
+#[test]
+fn config_rejects_sizes_the_owner_thread_could_not_allocate_naming_the_field() {
+    for events in [(1 << 16) + 1, 1 << 34, usize::MAX] {
+        let bad = StoreConfig {
+            event_buffer: events,
+            ..config()
+        };
+        match bad.validate() {
+            Err(StoreError::InvalidConfig { field, reason }) => {
+                assert_eq!(field, "event_buffer");
+                assert_eq!(reason, "must be between 1 and 65536");
+            }
+            other => panic!("event_buffer {events}: unexpected {other:?}"),
+        }
+    }
+    let largest = StoreConfig {
+        event_buffer: 1 << 16,
+        ..config()
+    };
+    assert_eq!(largest.validate(), Ok(()));
+}
+
 // ----- TTL and expiry -------------------------------------------------------------------
 
 #[test]
