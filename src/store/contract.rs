@@ -83,7 +83,8 @@ pub trait TaskStore: Send + Sync {
         session: Option<&SessionId>,
         responses: InputResponses,
     ) -> Result<Task, StoreError>;
-    /// Blocks until the input request `key` is answered.
+    /// Blocks until the input request `key` is answered; the answer is handed out once, and
+    /// one caller at a time may wait for it.
     fn wait_input(
         &self,
         id: TaskId,

@@ -484,7 +484,9 @@ impl StoreHandle {
         })
     }
 
-    /// Blocks until the input request `key` is answered and returns the answer.
+    /// Blocks until the input request `key` is answered and returns the answer. The answer
+    /// is handed out once: a second caller waiting for the same key while one already does
+    /// gets [`StoreError::InvalidArgument`] at once.
     pub fn wait_input(
         &self,
         id: TaskId,

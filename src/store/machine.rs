@@ -645,6 +645,10 @@ impl<W> StoreMachine<W> {
     /// Parks `token` until the input request `key` is answered (answered with the response),
     /// the task ends (`AlreadyTerminal`), disappears (`NotFound`) or `deadline` passes. An
     /// answer that arrived before the wait is handed over at once, so no wake-up is lost.
+    ///
+    /// An answer is handed over once, so only one caller waits for a key at a time: a second
+    /// wait while one is parked is refused at once (`InvalidArgument`) rather than parked
+    /// for an answer that would go to the first.
     pub fn wait_input(
         &mut self,
         now: Now,
@@ -668,12 +672,21 @@ impl<W> StoreMachine<W> {
                     .extra
                     .as_ref()
                     .is_some_and(|x| x.pending.contains_key(key));
+                let awaited = entry.extra.as_ref().is_some_and(|x| {
+                    x.waiters
+                        .iter()
+                        .any(|w| matches!(&w.kind, WaitKind::Input(k) if k == key))
+                });
                 match answer {
                     Some(value) => Some(Ok(value)),
                     None if entry.status.is_terminal() => Some(Err(StoreError::AlreadyTerminal(
                         Box::new(self.snapshot(id, &self.tasks[&id])),
                     ))),
                     None if !pending => Some(Err(StoreError::UnknownInputKey { key: key.into() })),
+                    None if awaited => Some(Err(StoreError::InvalidArgument(format!(
+                        "input request {key:?} already has a caller waiting for its answer, \
+                         which is handed out once"
+                    )))),
                     None if deadline.is_some_and(|d| d <= now.mono) => {
                         Some(Err(StoreError::Timeout))
                     }

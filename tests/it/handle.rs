@@ -291,8 +291,10 @@ fn fifty_concurrent_input_sets_keep_every_key_and_disjoint_resolves_resume() {
 fn callers_blocked_when_the_store_is_dropped_get_closed() {
     let store = Store::builder().build().unwrap();
     let id = store.create(CreateTask::new()).unwrap().task_id;
+    // One key per input waiter: an answer is handed out once, so a key has one waiter.
     let mut requests = BTreeMap::new();
-    requests.insert("q".to_string(), json!({}));
+    requests.insert("q1".to_string(), json!({}));
+    requests.insert("q3".to_string(), json!({}));
     store.set_input_requests(id, None, requests).unwrap();
     let blocked: Vec<_> = (0..4)
         .map(|n| {
@@ -301,7 +303,9 @@ fn callers_blocked_when_the_store_is_dropped_get_closed() {
                 if n % 2 == 0 {
                     handle.wait_terminal(id, None, None).map(|_| ())
                 } else {
-                    handle.wait_input(id, None, "q", None).map(|_| ())
+                    handle
+                        .wait_input(id, None, &format!("q{n}"), None)
+                        .map(|_| ())
                 }
             })
         })

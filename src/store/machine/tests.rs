@@ -1450,6 +1450,30 @@ fn an_answer_that_arrives_before_the_wait_is_not_lost() {
 }
 
 #[test]
+fn a_second_wait_on_a_key_already_awaited_is_refused_and_the_first_gets_the_answer() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(1), id(1), None, requests(&["a"]))
+        .unwrap();
+    m.wait_input(at(1), id(1), None, "a", None, 1);
+    m.wait_input(at(1), id(1), None, "a", Some(Millis(60_000)), 2);
+    match wakes(&mut m).as_slice() {
+        [(2, WakeOutcome::Input(Err(StoreError::InvalidArgument(why))))] => {
+            assert!(why.contains("already has a caller waiting"), "{why}")
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    m.resolve_input(at(2), id(1), None, responses(&[("a", json!(42))]))
+        .unwrap();
+    assert_eq!(wakes(&mut m), vec![(1, WakeOutcome::Input(Ok(json!(42))))]);
+    assert_eq!(
+        m.stats().waiters,
+        0,
+        "nobody is left parked on an answered key"
+    );
+}
+
+#[test]
 fn input_waiters_are_woken_by_cancel() {
     let mut m = machine(config());
     create(&mut m, 0, 1);
