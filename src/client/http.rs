@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::transport::{Shared, Transport, MAX_SERVER_MESSAGE};
 use super::ClientError;
-use crate::protocol::jsonrpc::{self, Message, RequestId, RpcError};
+use crate::protocol::jsonrpc::{self, Message, RequestId, Response, RpcError};
 use crate::protocol::lines::{read_line, Line};
 use crate::protocol::{sep2663, v2025, Revision};
 
@@ -424,24 +424,47 @@ impl Inner {
             return Ok(());
         }
         let text = response.text().map_err(ClientError::io)?;
-        let value: Option<Value> = serde_json::from_str(&text).ok();
-        match value {
-            // An error the transport answered before any request id was read.
-            Some(v) if v.get("error").is_some() && v.get("id").is_none_or(Value::is_null) => {
-                let error = RpcError::from_value(&v["error"]);
+        let Ok(value) = serde_json::from_str::<Value>(&text) else {
+            return Err(ClientError::Http { status, body: text });
+        };
+        // The HTTP exchange of this request is over, so whatever the body holds, the
+        // request must end here: with its answer, or with an error saying why there is none.
+        let no_answer = |text: String| {
+            if (200..300).contains(&status) {
+                ClientError::Protocol(format!(
+                    "HTTP response carried no answer to request {id}: {text}"
+                ))
+            } else {
+                ClientError::Http { status, body: text }
+            }
+        };
+        match jsonrpc::classify(value.clone()) {
+            Ok(Message::Response(response)) if &response.id == id => {
+                self.shared.incoming(Message::Response(response));
+                Ok(())
+            }
+            // An error under another id (a proxy's placeholder, say) still answers the
+            // request this POST carried: no other request's answer comes on its response.
+            Ok(Message::Response(Response {
+                outcome: Err(error),
+                ..
+            })) => {
                 self.shared.complete(id, Err(ClientError::Rpc(error)));
                 Ok(())
             }
-            Some(v) => match jsonrpc::classify(v) {
-                Ok(message) => {
-                    self.shared.incoming(message);
-                    Ok(())
-                }
-                Err(_) => Err(ClientError::Protocol(format!(
-                    "HTTP {status}: not a JSON-RPC answer: {text}"
-                ))),
-            },
-            None => Err(ClientError::Http { status, body: text }),
+            Ok(message) => {
+                self.shared.incoming(message);
+                Err(no_answer(text))
+            }
+            // An error the transport answered before any request id was read.
+            Err(_)
+                if value.get("error").is_some() && value.get("id").is_none_or(Value::is_null) =>
+            {
+                let error = RpcError::from_value(&value["error"]);
+                self.shared.complete(id, Err(ClientError::Rpc(error)));
+                Ok(())
+            }
+            Err(_) => Err(no_answer(text)),
         }
     }
 
@@ -534,7 +557,226 @@ impl Transport for HttpTransport {
 
 #[cfg(test)]
 mod tests {
+    use std::net::TcpListener;
+
+    use crossbeam_channel::{Receiver, Sender};
+    use serde_json::json;
+
     use super::*;
+    use crate::client::Client;
+
+    /// One request as the fake server read it.
+    #[derive(Clone, Debug)]
+    struct Seen {
+        /// The request line and the header lines, CRLF-separated.
+        head: String,
+        body: Value,
+    }
+
+    impl Seen {
+        fn method(&self) -> &str {
+            self.head.split(' ').next().unwrap_or("")
+        }
+
+        fn rpc_method(&self) -> Option<&str> {
+            self.body["method"].as_str()
+        }
+
+        fn header(&self, name: &str) -> Option<&str> {
+            self.head.split("\r\n").skip(1).find_map(|line| {
+                let (n, v) = line.split_once(':')?;
+                n.eq_ignore_ascii_case(name).then(|| v.trim())
+            })
+        }
+    }
+
+    /// A scripted Streamable HTTP server on a loopback port: `respond` returns the raw
+    /// response to each request, or `None` to keep that connection open and silent. Every
+    /// request is reported on `seen`; a silent connection's end (the client closed it) is
+    /// reported on `ended`.
+    struct FakeServer {
+        url: String,
+        seen: Receiver<Seen>,
+        ended: Receiver<Seen>,
+    }
+
+    fn fake_server(
+        respond: impl Fn(&Seen) -> Option<String> + Send + Sync + 'static,
+    ) -> FakeServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let (seen_tx, seen) = crossbeam_channel::unbounded();
+        let (ended_tx, ended) = crossbeam_channel::unbounded();
+        let respond = Arc::new(respond);
+        std::thread::spawn(move || {
+            for connection in listener.incoming() {
+                let Ok(connection) = connection else { return };
+                let (respond, seen_tx, ended_tx) =
+                    (respond.clone(), seen_tx.clone(), ended_tx.clone());
+                std::thread::spawn(move || {
+                    serve_one(connection, &*respond, &seen_tx, &ended_tx);
+                });
+            }
+        });
+        FakeServer { url, seen, ended }
+    }
+
+    fn serve_one(
+        mut connection: TcpStream,
+        respond: &dyn Fn(&Seen) -> Option<String>,
+        seen: &Sender<Seen>,
+        ended: &Sender<Seen>,
+    ) {
+        let mut reader = BufReader::new(connection.try_clone().unwrap());
+        let mut head = String::new();
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            if line == "\r\n" {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse().unwrap();
+                }
+            }
+            head.push_str(&line);
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+        let request = Seen {
+            head: head.trim_end().to_owned(),
+            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        };
+        let _ = seen.send(request.clone());
+        match respond(&request) {
+            Some(response) => {
+                let _ = connection.write_all(response.as_bytes());
+            }
+            None => {
+                // Silent: wait for the client to give up on the connection.
+                let _ = reader.read_to_end(&mut Vec::new());
+                let _ = ended.send(request);
+            }
+        }
+    }
+
+    fn json_reply(status: &str, body: &Value, extra: &str) -> String {
+        let body = body.to_string();
+        format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+             {extra}\r\n{body}",
+            body.len()
+        )
+    }
+
+    fn empty_reply(status: &str) -> String {
+        format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n")
+    }
+
+    /// What a 2025-11-25 server answers to the handshake, the `GET` (no event stream) and
+    /// the `DELETE`; `None` for anything else.
+    fn session_basics(request: &Seen) -> Option<String> {
+        match (request.method(), request.rpc_method()) {
+            ("GET", _) => Some(empty_reply("405 Method Not Allowed")),
+            ("DELETE", _) => Some(empty_reply("200 OK")),
+            (_, Some("initialize")) => Some(json_reply(
+                "200 OK",
+                &json!({"jsonrpc": "2.0", "id": request.body["id"], "result": {
+                    "protocolVersion": v2025::PROTOCOL_VERSION,
+                    "capabilities": {},
+                    "serverInfo": {"name": "fake", "version": "0"},
+                }}),
+                "Mcp-Session-Id: s1\r\n",
+            )),
+            (_, Some("notifications/initialized")) => Some(empty_reply("202 Accepted")),
+            _ => None,
+        }
+    }
+
+    /// Runs `f` on a thread; `None` if it has not returned within `limit`.
+    fn within<T: Send + 'static>(
+        limit: Duration,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(limit).ok()
+    }
+
+    fn request_within(client: &Client, method: &'static str) -> Result<Value, ClientError> {
+        let client = client.clone();
+        within(Duration::from_secs(5), move || {
+            client.request(method, json!({}))
+        })
+        .unwrap_or_else(|| panic!("{method} still waits although its HTTP exchange ended"))
+    }
+
+    #[test]
+    fn a_json_body_without_the_answer_ends_the_request_with_an_error() {
+        let server = fake_server(|request| {
+            let id = &request.body["id"];
+            let notification =
+                json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {}});
+            session_basics(request).or_else(|| match request.rpc_method() {
+                Some("ping") => Some(json_reply("200 OK", &notification, "")),
+                Some("resources/list") => Some(json_reply("503 Unavailable", &notification, "")),
+                Some("tools/list") => Some(json_reply(
+                    "400 Bad Request",
+                    &json!({"jsonrpc": "2.0", "id": id.to_string(),
+                            "error": {"code": -32600, "message": "bad"}}),
+                    "",
+                )),
+                Some("prompts/list") => Some(json_reply(
+                    "400 Bad Request",
+                    &json!({"jsonrpc": "2.0", "id": null,
+                            "error": {"code": -32700, "message": "parse"}}),
+                    "",
+                )),
+                _ => Some(json_reply(
+                    "200 OK",
+                    &json!({"jsonrpc": "2.0", "id": id, "result": {}}),
+                    "",
+                )),
+            })
+        });
+        let client = Client::builder().connect_http(&server.url).unwrap();
+
+        match request_within(&client, "ping") {
+            Err(ClientError::Protocol(what)) => {
+                assert!(what.contains("carried no answer to request"), "{what}")
+            }
+            other => panic!("ping: {other:?}"),
+        }
+        match request_within(&client, "resources/list") {
+            Err(ClientError::Http { status: 503, body }) => {
+                assert!(body.contains("notifications/message"), "{body}")
+            }
+            other => panic!("resources/list: {other:?}"),
+        }
+        match request_within(&client, "tools/list") {
+            Err(ClientError::Rpc(error)) => assert_eq!(error.code, -32600),
+            other => panic!("tools/list: {other:?}"),
+        }
+        match request_within(&client, "prompts/list") {
+            Err(ClientError::Rpc(error)) => assert_eq!(error.code, -32700),
+            other => panic!("prompts/list: {other:?}"),
+        }
+        assert!(request_within(&client, "completion/complete").is_ok());
+        let pings: Vec<Seen> = server
+            .seen
+            .try_iter()
+            .filter(|r| r.rpc_method() == Some("ping"))
+            .collect();
+        assert_eq!(pings.len(), 1, "one POST, no retry");
+        assert_eq!(pings[0].header("Mcp-Session-Id"), Some("s1"));
+        assert!(server.ended.try_recv().is_err(), "every request was answered");
+    }
 
     #[test]
     fn chunked_bodies_and_events_are_decoded() {
