@@ -36,6 +36,14 @@ impl Endpoint {
                 "'{url}': only http:// URLs are supported (no TLS)"
             )));
         };
+        if rest
+            .bytes()
+            .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+        {
+            return Err(ClientError::Unsupported(format!(
+                "{url:?}: a URL with whitespace or control characters"
+            )));
+        }
         let (authority, path) = match rest.find('/') {
             Some(slash) => (&rest[..slash], &rest[slash..]),
             None => (rest, "/"),
@@ -127,6 +135,51 @@ fn line_of(reader: &mut impl BufRead, max: usize) -> io::Result<Option<String>> 
     }
 }
 
+/// Whether `value` may go into a header as it is: no control character but HTAB.
+fn header_safe(value: &str) -> bool {
+    !value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f)
+}
+
+/// Longest `Mcp-Name` value sent; SEP-2243 has a longer one left out.
+const MAX_NAME_HEADER: usize = 8192;
+
+/// `value` as SEP-2243 carries it in an `Mcp-Name` header: as it is when it is printable
+/// ASCII (0x20-0x7E) without leading or trailing whitespace, else (or when it looks like
+/// the encoded form itself) as `=?base64?{standard Base64 of its UTF-8}?=`. `None` when
+/// that is longer than 8192 bytes: the header is then left out.
+fn name_header(value: &str) -> Option<String> {
+    let printable = value.bytes().all(|b| (0x20..=0x7e).contains(&b));
+    let padded = value.starts_with(' ') || value.ends_with(' ');
+    let looks_encoded = value.starts_with("=?base64?") && value.ends_with("?=");
+    let plain = printable && !padded && !looks_encoded;
+    let header = if plain {
+        value.to_owned()
+    } else {
+        format!("=?base64?{}?=", base64(value.as_bytes()))
+    };
+    (header.len() <= MAX_NAME_HEADER).then_some(header)
+}
+
+/// Standard Base64 (RFC 4648 section 4, with padding).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let bits = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |bits, (i, &b)| bits | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(bits >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 /// Sends one request and reads the response head.
 fn exchange(
     endpoint: &Endpoint,
@@ -135,6 +188,14 @@ fn exchange(
     body: &[u8],
     keep: Option<&Mutex<Option<TcpStream>>>,
 ) -> io::Result<HttpResponse> {
+    // A header value comes from message content (a tool name, a task id, a method) or from
+    // the server (a session id): CR, LF or NUL in it would add headers or end the head.
+    if let Some((name, _)) = headers.iter().find(|(_, value)| !header_safe(value)) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("refusing to send the {name} header: its value holds a control character"),
+        ));
+    }
     let mut stream = endpoint.connect()?;
     if let Some(keep) = keep {
         *keep.lock() = Some(stream.try_clone()?);
@@ -356,8 +417,14 @@ impl Inner {
                         }
                         _ => None,
                     };
-                    if let Some(name) = name.and_then(Value::as_str) {
-                        headers.push(("Mcp-Name", name.to_owned()));
+                    match name.and_then(Value::as_str).map(|n| (n, name_header(n))) {
+                        Some((_, Some(header))) => headers.push(("Mcp-Name", header)),
+                        Some((name, None)) => log::warn!(
+                            "mcp client: Mcp-Name left out: '{}…' is over {MAX_NAME_HEADER} \
+                             bytes once encoded",
+                            name.chars().take(40).collect::<String>()
+                        ),
+                        None => {}
                     }
                 }
             }
@@ -775,7 +842,10 @@ mod tests {
             .collect();
         assert_eq!(pings.len(), 1, "one POST, no retry");
         assert_eq!(pings[0].header("Mcp-Session-Id"), Some("s1"));
-        assert!(server.ended.try_recv().is_err(), "every request was answered");
+        assert!(
+            server.ended.try_recv().is_err(),
+            "every request was answered"
+        );
     }
 
     #[test]
@@ -792,6 +862,78 @@ mod tests {
     }
 
     #[test]
+    fn names_are_encoded_as_sep2243_says() {
+        let header = |v: &str| name_header(v).unwrap();
+        assert_eq!(header("us-west1"), "us-west1");
+        assert_eq!(header("two words"), "two words");
+        assert_eq!(header("Hello, 世界"), "=?base64?SGVsbG8sIOS4lueVjA==?=");
+        assert_eq!(header(" padded "), "=?base64?IHBhZGRlZCA=?=");
+        assert_eq!(header("line1\nline2"), "=?base64?bGluZTEKbGluZTI=?=");
+        assert_eq!(header("tab\t"), "=?base64?dGFiCQ==?=");
+        assert_eq!(header("=?base64?x?="), "=?base64?PT9iYXNlNjQ/eD89?=");
+        assert_eq!(header("a\0"), "=?base64?YQA=?=");
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(&[0xfb, 0xff]), "+/8=");
+        assert!(name_header(&"x".repeat(MAX_NAME_HEADER)).is_some());
+        assert!(name_header(&"x".repeat(MAX_NAME_HEADER + 1)).is_none());
+        assert!(name_header(&"é".repeat(4000)).is_none());
+    }
+
+    #[test]
+    fn no_message_content_reaches_the_request_head_raw() {
+        let server = fake_server(|request| {
+            let id = &request.body["id"];
+            let result = match request.rpc_method() {
+                Some("server/discover") => {
+                    json!({"supportedVersions": [sep2663::PROTOCOL_VERSION], "capabilities": {}})
+                }
+                _ => json!({"content": [{"type": "text", "text": "done"}]}),
+            };
+            Some(json_reply(
+                "200 OK",
+                &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                "",
+            ))
+        });
+        let client = Client::builder()
+            .revision(Revision::Sep2663)
+            .connect_http(&server.url)
+            .unwrap();
+        let name = "echo\r\nX-Injected: yes";
+        let result = client.call_tool(name, json!({})).unwrap();
+        assert_eq!(result["content"][0]["text"], "done");
+        // A method is not encoded: one with CR/LF is refused before anything is sent.
+        match client.request("x\r\nX-Injected: yes", json!({})) {
+            Err(ClientError::Io(error)) => {
+                assert_eq!(error.kind(), io::ErrorKind::InvalidInput, "{error}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let seen: Vec<Seen> = server.seen.try_iter().collect();
+        for request in &seen {
+            assert!(
+                !request.head.to_ascii_lowercase().contains("x-injected"),
+                "{}",
+                request.head
+            );
+        }
+        let call = seen
+            .iter()
+            .find(|r| r.rpc_method() == Some("tools/call"))
+            .unwrap();
+        assert_eq!(call.body["params"]["name"], name);
+        assert_eq!(
+            call.header("Mcp-Name"),
+            Some(format!("=?base64?{}?=", base64(name.as_bytes())).as_str())
+        );
+        assert_eq!(call.header("Mcp-Method"), Some("tools/call"));
+        assert_eq!(seen.len(), 2, "the refused request never went out");
+    }
+
+    #[test]
     fn urls_are_http_only() {
         let e = Endpoint::parse("http://127.0.0.1:3000/mcp").unwrap();
         assert_eq!(
@@ -803,5 +945,6 @@ mod tests {
             "example:80"
         );
         assert!(Endpoint::parse("https://example/mcp").is_err());
+        assert!(Endpoint::parse("http://example/mcp HTTP/1.0\r\nX: y").is_err());
     }
 }
