@@ -368,7 +368,8 @@ struct Inner {
     revision: Revision,
     shared: Arc<Shared>,
     session: Mutex<Option<String>>,
-    initialized: AtomicBool,
+    /// The protocol version the server chose in its `initialize` answer (2025-11-25).
+    negotiated: Mutex<Option<String>>,
     stream: Mutex<Option<TcpStream>>,
     stopping: AtomicBool,
 }
@@ -391,7 +392,7 @@ impl HttpTransport {
                 revision,
                 shared,
                 session: Mutex::new(None),
-                initialized: AtomicBool::new(false),
+                negotiated: Mutex::new(None),
                 stream: Mutex::new(None),
                 stopping: AtomicBool::new(false),
             }),
@@ -429,8 +430,11 @@ impl Inner {
                 }
             }
             Revision::V2025 => {
-                if self.initialized.load(Ordering::Acquire) {
-                    headers.push(("MCP-Protocol-Version", v2025::PROTOCOL_VERSION.to_owned()));
+                // Every message after `initialize` carries the version, from
+                // `notifications/initialized` on (the 2025-11-25 transport rules).
+                let method = message.get("method").and_then(Value::as_str);
+                if method != Some("initialize") {
+                    headers.push(("MCP-Protocol-Version", self.version()));
                 }
                 if let Some(session) = self.session.lock().clone() {
                     headers.push(("Mcp-Session-Id", session));
@@ -438,6 +442,28 @@ impl Inner {
             }
         }
         headers
+    }
+
+    /// The version to send in `MCP-Protocol-Version`: the negotiated one, as the
+    /// transport rules ask, or ours before `initialize` was answered.
+    fn version(&self) -> String {
+        self.negotiated
+            .lock()
+            .clone()
+            .unwrap_or_else(|| v2025::PROTOCOL_VERSION.to_owned())
+    }
+
+    /// Keeps the version from the answer to `initialize`, before that answer is routed
+    /// (its caller sends `notifications/initialized` as soon as it has it).
+    fn note_version(&self, response: &Response) {
+        let version = response
+            .outcome
+            .as_ref()
+            .ok()
+            .and_then(|result| result.get("protocolVersion").and_then(Value::as_str));
+        if let Some(version) = version.filter(|v| header_safe(v)) {
+            *self.negotiated.lock() = Some(version.to_owned());
+        }
     }
 
     fn post(&self, message: &Value) -> Result<HttpResponse, ClientError> {
@@ -456,9 +482,10 @@ impl Inner {
 
     /// POSTs request `id` and delivers its answer (or why there is none).
     fn request(&self, id: &RequestId, message: &Value) {
+        let initialize = message.get("method").and_then(Value::as_str) == Some("initialize");
         let outcome = self
             .post(message)
-            .and_then(|response| self.answer(id, response));
+            .and_then(|response| self.answer(id, initialize, response));
         if let Err(error) = outcome {
             self.shared.complete(id, Err(error));
         }
@@ -466,7 +493,12 @@ impl Inner {
 
     /// Reads the answer to request `id` from `response`, routing everything else it
     /// carries (an SSE answer may bring server requests first).
-    fn answer(&self, id: &RequestId, response: HttpResponse) -> Result<(), ClientError> {
+    fn answer(
+        &self,
+        id: &RequestId,
+        initialize: bool,
+        response: HttpResponse,
+    ) -> Result<(), ClientError> {
         let status = response.status;
         if response.is_event_stream() {
             let mut body = response.body;
@@ -474,7 +506,12 @@ impl Inner {
             read_events(&mut body, |data| {
                 let message = jsonrpc::parse_message(data);
                 if let Ok(Message::Response(r)) = &message {
-                    answered |= &r.id == id;
+                    if &r.id == id {
+                        answered = true;
+                        if initialize {
+                            self.note_version(r);
+                        }
+                    }
                 }
                 match message {
                     Ok(message) => self.shared.incoming(message),
@@ -507,6 +544,9 @@ impl Inner {
         };
         match jsonrpc::classify(value.clone()) {
             Ok(Message::Response(response)) if &response.id == id => {
+                if initialize {
+                    self.note_version(&response);
+                }
                 self.shared.incoming(Message::Response(response));
                 Ok(())
             }
@@ -539,7 +579,7 @@ impl Inner {
     fn event_stream(self: &Arc<Self>) {
         let mut headers = vec![
             ("Accept", "text/event-stream".to_owned()),
-            ("MCP-Protocol-Version", v2025::PROTOCOL_VERSION.to_owned()),
+            ("MCP-Protocol-Version", self.version()),
         ];
         if let Some(session) = self.session.lock().clone() {
             headers.push(("Mcp-Session-Id", session));
@@ -595,7 +635,6 @@ impl Transport for HttpTransport {
         if self.inner.revision != Revision::V2025 {
             return;
         }
-        self.inner.initialized.store(true, Ordering::Release);
         let inner = self.inner.clone();
         let spawned = std::thread::Builder::new()
             .name("mcp-client-events".into())
@@ -611,7 +650,7 @@ impl Transport for HttpTransport {
         if let Some(session) = session {
             let headers = [
                 ("Mcp-Session-Id", session),
-                ("MCP-Protocol-Version", v2025::PROTOCOL_VERSION.to_owned()),
+                ("MCP-Protocol-Version", self.inner.version()),
             ];
             let _ = exchange(&self.inner.endpoint, "DELETE", &headers, &[], None)
                 .and_then(HttpResponse::text);
@@ -859,6 +898,69 @@ mod tests {
         })
         .unwrap();
         assert_eq!(events, vec!["{\"a\":1}".to_string()]);
+    }
+
+    #[test]
+    fn every_message_after_initialize_carries_the_negotiated_version() {
+        let server = fake_server(|request| {
+            let id = &request.body["id"];
+            match (request.method(), request.rpc_method()) {
+                ("GET", _) => Some(empty_reply("405 Method Not Allowed")),
+                ("DELETE", _) => Some(empty_reply("200 OK")),
+                (_, Some("initialize")) => Some(json_reply(
+                    "200 OK",
+                    &json!({"jsonrpc": "2.0", "id": id, "result": {
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": {},
+                        "serverInfo": {"name": "fake", "version": "0"},
+                    }}),
+                    "Mcp-Session-Id: s1\r\n",
+                )),
+                (_, Some("notifications/initialized")) => Some(empty_reply("202 Accepted")),
+                _ => Some(json_reply(
+                    "200 OK",
+                    &json!({"jsonrpc": "2.0", "id": id, "result": {}}),
+                    "",
+                )),
+            }
+        });
+        let client = Client::builder().connect_http(&server.url).unwrap();
+        client.request("ping", json!({})).unwrap();
+        drop(client);
+        let seen: Vec<Seen> = server.seen.try_iter().collect();
+        let what = |r: &Seen| (r.method().to_owned(), r.rpc_method().map(str::to_owned));
+        let versions: Vec<_> = seen
+            .iter()
+            .map(|r| (what(r), r.header("MCP-Protocol-Version")))
+            .collect();
+        let initialize = seen
+            .iter()
+            .find(|r| r.rpc_method() == Some("initialize"))
+            .unwrap();
+        assert_eq!(
+            initialize.header("MCP-Protocol-Version"),
+            None,
+            "{versions:?}"
+        );
+        for method in ["notifications/initialized", "ping"] {
+            let request = seen
+                .iter()
+                .find(|r| r.rpc_method() == Some(method))
+                .unwrap();
+            assert_eq!(
+                request.header("MCP-Protocol-Version"),
+                Some("2025-06-18"),
+                "{versions:?}"
+            );
+        }
+        for request in seen.iter().filter(|r| r.method() != "POST") {
+            assert_eq!(
+                request.header("MCP-Protocol-Version"),
+                Some("2025-06-18"),
+                "{versions:?}"
+            );
+        }
+        assert!(seen.iter().any(|r| r.method() == "DELETE"), "{versions:?}");
     }
 
     #[test]
