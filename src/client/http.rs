@@ -2,10 +2,15 @@
 //! connection per request (`Connection: close`), bodies with `Content-Length`, chunked
 //! encoding or read to the end, and `text/event-stream` bodies read event by event, which
 //! serves both SSE answers to a POST and the 2025-11-25 `GET` event stream.
+//!
+//! No thread waits on a server for good: a connection that makes no progress for
+//! [`IDLE_TIMEOUT`] fails its exchange (event-stream bodies excepted, which may rightly stay
+//! silent while a task runs), and shutting the client down shuts every open connection
+//! down before the session's `DELETE`, which itself gets [`DELETE_TIMEOUT`].
 
+use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +24,21 @@ use crate::protocol::lines::{read_line, Line};
 use crate::protocol::{sep2663, v2025, Revision};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a connection may stay silent (or refuse to take our bytes) before its exchange
+/// fails, except while reading an event-stream body. It is not a request timeout (the
+/// client's calls have their own); it only keeps a server that accepts a connection and
+/// then never answers from holding a thread for good, so it is generous: a synchronous
+/// `tools/call` answered with plain JSON may take minutes.
+///
+/// Event-stream bodies get no read timeout: a `tasks/result` held open over SSE, or the
+/// `GET` stream, may rightly stay silent for as long as a task runs. Those end when the
+/// server ends them or when the client shuts down, which shuts down every open connection.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Connect, read and write limit of the `DELETE` that ends a session: it is sent while the
+/// client is dropped, which must not hang on a server that never answers it.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where the MCP endpoint is.
 #[derive(Clone, Debug)]
@@ -65,10 +85,10 @@ impl Endpoint {
         })
     }
 
-    fn connect(&self) -> io::Result<TcpStream> {
+    fn connect(&self, timeout: Duration) -> io::Result<TcpStream> {
         let mut last = io::Error::new(io::ErrorKind::NotFound, "the host has no address");
         for addr in self.authority.to_socket_addrs()? {
-            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+            match TcpStream::connect_timeout(&addr, timeout) {
                 Ok(stream) => return Ok(stream),
                 Err(error) => last = error,
             }
@@ -77,11 +97,87 @@ impl Endpoint {
     }
 }
 
+/// Connections of exchanges under way, so that shutting the client down ends them all:
+/// their threads would otherwise wait on servers that may never answer. Once closed, no
+/// new exchange starts.
+#[derive(Default)]
+struct OpenConnections {
+    state: Mutex<OpenState>,
+}
+
+#[derive(Default)]
+struct OpenState {
+    next: u64,
+    streams: HashMap<u64, TcpStream>,
+    closed: bool,
+}
+
+/// One connection's place in [`OpenConnections`], given up when dropped.
+struct OpenConnection {
+    set: Arc<OpenConnections>,
+    key: u64,
+}
+
+impl OpenConnections {
+    fn add(self: &Arc<Self>, stream: &TcpStream) -> io::Result<OpenConnection> {
+        let copy = stream.try_clone()?;
+        let mut state = self.state.lock();
+        if state.closed {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the client is shutting down",
+            ));
+        }
+        let key = state.next;
+        state.next += 1;
+        state.streams.insert(key, copy);
+        Ok(OpenConnection {
+            set: self.clone(),
+            key,
+        })
+    }
+
+    fn is_closed(&self) -> bool {
+        self.state.lock().closed
+    }
+
+    /// Shuts every open connection down: a thread blocked on one sees it end at once.
+    fn close_all(&self) {
+        let streams = {
+            let mut state = self.state.lock();
+            state.closed = true;
+            std::mem::take(&mut state.streams)
+        };
+        for stream in streams.into_values() {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.set.state.lock().streams.remove(&self.key);
+    }
+}
+
+/// How an exchange treats its connection.
+struct Link<'a> {
+    connect: Duration,
+    /// Read and write timeout of the connection (see [`IDLE_TIMEOUT`]).
+    idle: Duration,
+    /// Where the connection is kept while the exchange is under way.
+    open: Option<&'a Arc<OpenConnections>>,
+}
+
 /// A response whose head was read; the body is read from `body`.
 struct HttpResponse {
     status: u16,
     headers: Vec<(String, String)>,
     body: Box<dyn BufRead + Send>,
+    /// The connection, to lift its read timeout for an event-stream body.
+    socket: TcpStream,
+    /// Keeps the connection among the open ones until the response is dropped.
+    _open: Option<OpenConnection>,
 }
 
 impl HttpResponse {
@@ -95,6 +191,11 @@ impl HttpResponse {
     fn is_event_stream(&self) -> bool {
         self.header("Content-Type")
             .is_some_and(|t| t.to_ascii_lowercase().starts_with("text/event-stream"))
+    }
+
+    /// An event stream may stay silent as long as the server likes (see [`IDLE_TIMEOUT`]).
+    fn wait_for_events(&self) -> io::Result<()> {
+        self.socket.set_read_timeout(None)
     }
 
     fn text(mut self) -> io::Result<String> {
@@ -186,7 +287,7 @@ fn exchange(
     method: &str,
     headers: &[(&str, String)],
     body: &[u8],
-    keep: Option<&Mutex<Option<TcpStream>>>,
+    link: Link<'_>,
 ) -> io::Result<HttpResponse> {
     // A header value comes from message content (a tool name, a task id, a method) or from
     // the server (a session id): CR, LF or NUL in it would add headers or end the head.
@@ -196,10 +297,10 @@ fn exchange(
             format!("refusing to send the {name} header: its value holds a control character"),
         ));
     }
-    let mut stream = endpoint.connect()?;
-    if let Some(keep) = keep {
-        *keep.lock() = Some(stream.try_clone()?);
-    }
+    let mut stream = endpoint.connect(link.connect)?;
+    stream.set_read_timeout(Some(link.idle))?;
+    stream.set_write_timeout(Some(link.idle))?;
+    let open = link.open.map(|open| open.add(&stream)).transpose()?;
     let mut head = format!(
         "{method} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
         endpoint.path, endpoint.authority
@@ -214,10 +315,13 @@ fn exchange(
     stream.write_all(head.as_bytes())?;
     stream.write_all(body)?;
     stream.flush()?;
-    read_head(BufReader::new(stream))
+    let socket = stream.try_clone()?;
+    let mut response = read_head(BufReader::new(stream), socket)?;
+    response._open = open;
+    Ok(response)
 }
 
-fn read_head(mut reader: BufReader<TcpStream>) -> io::Result<HttpResponse> {
+fn read_head(mut reader: BufReader<TcpStream>, socket: TcpStream) -> io::Result<HttpResponse> {
     let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
     let Some(status_line) = line_of(&mut reader, MAX_HEAD_LINE)? else {
         return Err(io::Error::new(
@@ -266,6 +370,8 @@ fn read_head(mut reader: BufReader<TcpStream>) -> io::Result<HttpResponse> {
         status,
         headers,
         body,
+        socket,
+        _open: None,
     })
 }
 
@@ -370,8 +476,10 @@ struct Inner {
     session: Mutex<Option<String>>,
     /// The protocol version the server chose in its `initialize` answer (2025-11-25).
     negotiated: Mutex<Option<String>>,
-    stream: Mutex<Option<TcpStream>>,
-    stopping: AtomicBool,
+    /// Every exchange's connection while it is under way, the `GET` stream's included.
+    open: Arc<OpenConnections>,
+    /// See [`IDLE_TIMEOUT`]; shorter in tests.
+    idle: Duration,
 }
 
 /// Streamable HTTP: every message is a POST; 2026-07-28 requests carry the routing headers;
@@ -393,8 +501,8 @@ impl HttpTransport {
                 shared,
                 session: Mutex::new(None),
                 negotiated: Mutex::new(None),
-                stream: Mutex::new(None),
-                stopping: AtomicBool::new(false),
+                open: Arc::default(),
+                idle: IDLE_TIMEOUT,
             }),
         })
     }
@@ -466,11 +574,37 @@ impl Inner {
         }
     }
 
+    /// How an exchange for a message connects: see [`IDLE_TIMEOUT`].
+    fn link(&self) -> Link<'_> {
+        Link {
+            connect: CONNECT_TIMEOUT,
+            idle: self.idle,
+            open: Some(&self.open),
+        }
+    }
+
+    /// `error` as the client reports it; a timeout says it hit the idle limit.
+    fn io_error(&self, error: io::Error) -> ClientError {
+        match error.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ClientError::Io(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no progress on the connection for {:?}: {error}", self.idle),
+            )),
+            _ => ClientError::io(error),
+        }
+    }
+
     fn post(&self, message: &Value) -> Result<HttpResponse, ClientError> {
         let body = serde_json::to_vec(message)
             .map_err(|e| ClientError::Protocol(format!("cannot serialise a message: {e}")))?;
-        let response = exchange(&self.endpoint, "POST", &self.headers(message), &body, None)
-            .map_err(ClientError::io)?;
+        let response = exchange(
+            &self.endpoint,
+            "POST",
+            &self.headers(message),
+            &body,
+            self.link(),
+        )
+        .map_err(|e| self.io_error(e))?;
         if let Some(session) = response.header("Mcp-Session-Id") {
             let mut current = self.session.lock();
             if current.is_none() {
@@ -501,6 +635,7 @@ impl Inner {
     ) -> Result<(), ClientError> {
         let status = response.status;
         if response.is_event_stream() {
+            response.wait_for_events().map_err(ClientError::io)?;
             let mut body = response.body;
             let mut answered = false;
             read_events(&mut body, |data| {
@@ -519,7 +654,7 @@ impl Inner {
                 }
                 !answered
             })
-            .map_err(ClientError::io)?;
+            .map_err(|e| self.io_error(e))?;
             if !answered {
                 return Err(ClientError::closed(
                     "the server ended its event stream without answering",
@@ -527,7 +662,7 @@ impl Inner {
             }
             return Ok(());
         }
-        let text = response.text().map_err(ClientError::io)?;
+        let text = response.text().map_err(|e| self.io_error(e))?;
         let Ok(value) = serde_json::from_str::<Value>(&text) else {
             return Err(ClientError::Http { status, body: text });
         };
@@ -584,14 +719,21 @@ impl Inner {
         if let Some(session) = self.session.lock().clone() {
             headers.push(("Mcp-Session-Id", session));
         }
-        let response = match exchange(&self.endpoint, "GET", &headers, &[], Some(&self.stream)) {
+        // Once the client shuts down, the connection is refused a place among the open ones
+        // (or shut down with them), so a stream opened late never outlives the client.
+        let response = match exchange(&self.endpoint, "GET", &headers, &[], self.link()) {
             Ok(response) => response,
             Err(error) => {
-                log::warn!("mcp client: cannot open the event stream: {error}");
+                if !self.open.is_closed() {
+                    log::warn!("mcp client: cannot open the event stream: {error}");
+                }
                 return;
             }
         };
-        if response.status != 200 || !response.is_event_stream() {
+        if response.status != 200
+            || !response.is_event_stream()
+            || response.wait_for_events().is_err()
+        {
             log::info!(
                 "mcp client: the server offers no event stream (HTTP {})",
                 response.status
@@ -603,7 +745,7 @@ impl Inner {
             self.shared.incoming_text(data);
             true
         });
-        if !self.stopping.load(Ordering::Acquire) {
+        if !self.open.is_closed() {
             log::warn!("mcp client: the server ended the event stream");
         }
     }
@@ -623,7 +765,7 @@ impl Transport for HttpTransport {
     fn send(&self, message: Value) -> Result<(), ClientError> {
         let response = self.inner.post(&message)?;
         let status = response.status;
-        let text = response.text().map_err(ClientError::io)?;
+        let text = response.text().map_err(|e| self.inner.io_error(e))?;
         if (200..300).contains(&status) {
             Ok(())
         } else {
@@ -645,18 +787,24 @@ impl Transport for HttpTransport {
     }
 
     fn shutdown(&self) {
-        self.inner.stopping.store(true, Ordering::Release);
+        // First the event stream and every request still under way: nobody waits for
+        // them any more, and their threads end as soon as their connections do.
+        self.inner.open.close_all();
         let session = self.inner.session.lock().clone();
         if let Some(session) = session {
             let headers = [
                 ("Mcp-Session-Id", session),
                 ("MCP-Protocol-Version", self.inner.version()),
             ];
-            let _ = exchange(&self.inner.endpoint, "DELETE", &headers, &[], None)
-                .and_then(HttpResponse::text);
-        }
-        if let Some(stream) = self.inner.stream.lock().take() {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
+            let link = Link {
+                connect: DELETE_TIMEOUT,
+                idle: DELETE_TIMEOUT,
+                open: None,
+            };
+            // The status line and head are all we wait for; the body is not read.
+            if let Err(error) = exchange(&self.inner.endpoint, "DELETE", &headers, &[], link) {
+                log::info!("mcp client: the session's DELETE failed: {error}");
+            }
         }
     }
 }
@@ -664,10 +812,14 @@ impl Transport for HttpTransport {
 #[cfg(test)]
 mod tests {
     use std::net::TcpListener;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use crossbeam_channel::{Receiver, Sender};
     use serde_json::json;
 
+    use std::time::Instant;
+
+    use super::super::transport::{Pending, Work};
     use super::*;
     use crate::client::Client;
 
@@ -677,6 +829,8 @@ mod tests {
         /// The request line and the header lines, CRLF-separated.
         head: String,
         body: Value,
+        /// When the server saw it (or saw its connection end), counted over all events.
+        order: usize,
     }
 
     impl Seen {
@@ -696,10 +850,16 @@ mod tests {
         }
     }
 
+    /// In a scripted response: wait [`PAUSE_FOR`] before writing the rest.
+    const PAUSE: &str = "\u{1}pause\u{1}";
+    const PAUSE_FOR: Duration = Duration::from_millis(700);
+    /// At the end of a scripted response: keep the connection open once it is written.
+    const HOLD: &str = "\u{1}hold\u{1}";
+
     /// A scripted Streamable HTTP server on a loopback port: `respond` returns the raw
-    /// response to each request, or `None` to keep that connection open and silent. Every
-    /// request is reported on `seen`; a silent connection's end (the client closed it) is
-    /// reported on `ended`.
+    /// response to each request (with [`PAUSE`]s and a final [`HOLD`] if it likes), or
+    /// `None` to keep that connection open and silent. Every request is reported on
+    /// `seen`; the end of a silent or held connection (the client closed it) on `ended`.
     struct FakeServer {
         url: String,
         seen: Receiver<Seen>,
@@ -714,13 +874,18 @@ mod tests {
         let (seen_tx, seen) = crossbeam_channel::unbounded();
         let (ended_tx, ended) = crossbeam_channel::unbounded();
         let respond = Arc::new(respond);
+        let order = Arc::new(AtomicUsize::new(0));
         std::thread::spawn(move || {
             for connection in listener.incoming() {
                 let Ok(connection) = connection else { return };
-                let (respond, seen_tx, ended_tx) =
-                    (respond.clone(), seen_tx.clone(), ended_tx.clone());
+                let (respond, seen_tx, ended_tx, order) = (
+                    respond.clone(),
+                    seen_tx.clone(),
+                    ended_tx.clone(),
+                    order.clone(),
+                );
                 std::thread::spawn(move || {
-                    serve_one(connection, &*respond, &seen_tx, &ended_tx);
+                    serve_one(connection, &*respond, &seen_tx, &ended_tx, &order);
                 });
             }
         });
@@ -732,6 +897,7 @@ mod tests {
         respond: &dyn Fn(&Seen) -> Option<String>,
         seen: &Sender<Seen>,
         ended: &Sender<Seen>,
+        order: &AtomicUsize,
     ) {
         let mut reader = BufReader::new(connection.try_clone().unwrap());
         let mut head = String::new();
@@ -753,20 +919,32 @@ mod tests {
         }
         let mut body = vec![0; length];
         reader.read_exact(&mut body).unwrap();
-        let request = Seen {
+        let mut request = Seen {
             head: head.trim_end().to_owned(),
             body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            order: order.fetch_add(1, Ordering::SeqCst),
         };
         let _ = seen.send(request.clone());
-        match respond(&request) {
+        let response = respond(&request);
+        let hold = match &response {
             Some(response) => {
-                let _ = connection.write_all(response.as_bytes());
+                for (i, part) in response.trim_end_matches(HOLD).split(PAUSE).enumerate() {
+                    if i > 0 {
+                        std::thread::sleep(PAUSE_FOR);
+                    }
+                    if connection.write_all(part.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+                response.ends_with(HOLD)
             }
-            None => {
-                // Silent: wait for the client to give up on the connection.
-                let _ = reader.read_to_end(&mut Vec::new());
-                let _ = ended.send(request);
-            }
+            None => true,
+        };
+        if hold {
+            // Wait for the client to give up on the connection.
+            let _ = reader.read_to_end(&mut Vec::new());
+            request.order = order.fetch_add(1, Ordering::SeqCst);
+            let _ = ended.send(request);
         }
     }
 
@@ -800,6 +978,18 @@ mod tests {
             )),
             (_, Some("notifications/initialized")) => Some(empty_reply("202 Accepted")),
             _ => None,
+        }
+    }
+
+    /// The next request with HTTP method `method` on `channel`, waiting 5 s at most.
+    fn next(channel: &Receiver<Seen>, method: &str) -> Seen {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            match channel.recv_deadline(until) {
+                Ok(request) if request.method() == method => return request,
+                Ok(_) => continue,
+                Err(_) => panic!("no {method} within 5 s"),
+            }
         }
     }
 
@@ -961,6 +1151,122 @@ mod tests {
             );
         }
         assert!(seen.iter().any(|r| r.method() == "DELETE"), "{versions:?}");
+    }
+
+    /// A transport of its own (no client around it), whose idle timeout is `idle`.
+    fn transport(
+        server: &FakeServer,
+        revision: Revision,
+        idle: Duration,
+    ) -> (HttpTransport, Arc<Shared>, Receiver<Work>) {
+        let (shared, jobs) = Shared::new();
+        let mut transport = HttpTransport::new(&server.url, revision, shared.clone()).unwrap();
+        Arc::get_mut(&mut transport.inner).unwrap().idle = idle;
+        (transport, shared, jobs)
+    }
+
+    fn ping(shared: &Shared, transport: &HttpTransport) -> Pending {
+        let (id, pending) = shared.register().unwrap();
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+        transport.send_request(&id, message).unwrap();
+        pending
+    }
+
+    const EVENT_STREAM: &str = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n";
+
+    #[test]
+    fn dropping_the_client_ends_the_event_stream_and_does_not_wait_long_for_the_delete() {
+        let server = fake_server(|request| match request.method() {
+            "GET" => Some(format!("{EVENT_STREAM}: open\n\n{HOLD}")),
+            "DELETE" => None,
+            _ => session_basics(request),
+        });
+        let client = Client::builder().connect_http(&server.url).unwrap();
+        let get = next(&server.seen, "GET");
+        let started = Instant::now();
+        within(Duration::from_secs(6), move || drop(client))
+            .expect("dropping the client still blocked after 6 s");
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            started.elapsed()
+        );
+        let delete = next(&server.seen, "DELETE");
+        let get_ended = next(&server.ended, "GET");
+        // The unanswered DELETE was given up too.
+        next(&server.ended, "DELETE");
+        assert!(
+            get.order < get_ended.order && get_ended.order < delete.order,
+            "the event stream ends before the DELETE is sent"
+        );
+    }
+
+    #[test]
+    fn shutdown_ends_the_requests_under_way() {
+        let server = fake_server(|_| None);
+        let (transport, shared, _jobs) = transport(&server, Revision::Sep2663, IDLE_TIMEOUT);
+        let pending = ping(&shared, &transport);
+        server.seen.recv_timeout(Duration::from_secs(5)).unwrap();
+        transport.shutdown();
+        match pending.recv_timeout(Duration::from_secs(5)) {
+            Ok(Err(error)) => assert!(error.is_transport(), "{error}"),
+            other => panic!("the request thread is still blocked: {other:?}"),
+        }
+        let ended = server.ended.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(ended.rpc_method(), Some("ping"));
+        // And nothing starts any more.
+        let late = ping(&shared, &transport);
+        assert!(matches!(
+            late.recv_timeout(Duration::from_secs(5)),
+            Ok(Err(_))
+        ));
+        assert!(server
+            .seen
+            .recv_timeout(Duration::from_millis(200))
+            .is_err());
+    }
+
+    #[test]
+    fn a_server_that_never_answers_does_not_hold_the_request_thread() {
+        let server = fake_server(|_| None);
+        let idle = Duration::from_millis(200);
+        let (transport, shared, _jobs) = transport(&server, Revision::Sep2663, idle);
+        let pending = ping(&shared, &transport);
+        match pending.recv_timeout(Duration::from_secs(5)) {
+            Ok(Err(ClientError::Io(error))) => {
+                assert_eq!(error.kind(), io::ErrorKind::TimedOut, "{error}")
+            }
+            other => panic!("the request thread is still blocked: {other:?}"),
+        }
+        // Its connection was given up.
+        let ended = server.ended.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(ended.rpc_method(), Some("ping"));
+    }
+
+    #[test]
+    fn event_streams_may_stay_silent_longer_than_the_idle_timeout() {
+        let server = fake_server(|request| {
+            let id = &request.body["id"];
+            if request.method() == "GET" {
+                let ask = json!({"jsonrpc": "2.0", "id": "s1", "method": "ping"});
+                return Some(format!("{EVENT_STREAM}{PAUSE}data: {ask}\n\n{HOLD}"));
+            }
+            let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"late": true}});
+            Some(format!("{EVENT_STREAM}{PAUSE}data: {answer}\n\n"))
+        });
+        let idle = Duration::from_millis(200);
+        assert!(PAUSE_FOR > 3 * idle);
+        let (transport, shared, jobs) = transport(&server, Revision::V2025, idle);
+        let pending = ping(&shared, &transport);
+        transport.ready();
+        let answer = pending.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(answer.unwrap()["late"], true);
+        match jobs.recv_timeout(Duration::from_secs(5)) {
+            Ok(Work::Request(request)) => assert_eq!(request.method, "ping"),
+            Ok(Work::Stop) => panic!("stop"),
+            Err(_) => panic!("the server's request on the event stream never arrived"),
+        }
+        transport.shutdown();
     }
 
     #[test]
