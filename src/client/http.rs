@@ -4,8 +4,8 @@
 //! serves both SSE answers to a POST and the 2025-11-25 `GET` event stream.
 //!
 //! No thread waits on a server for good: a connection that makes no progress for
-//! [`IDLE_TIMEOUT`] fails its exchange (event-stream bodies excepted, which may rightly stay
-//! silent while a task runs), and shutting the client down shuts every open connection
+//! [`IDLE_TIMEOUT`] fails its exchange (event streams and `tasks/result` excepted, which may
+//! rightly stay silent while a task runs), and shutting the client down shuts every open connection
 //! down before the session's `DELETE`, which itself gets [`DELETE_TIMEOUT`].
 
 use std::collections::HashMap;
@@ -25,15 +25,17 @@ use crate::protocol::{sep2663, v2025, Revision};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a connection may stay silent (or refuse to take our bytes) before its exchange
-/// fails, except while reading an event-stream body. It is not a request timeout (the
-/// client's calls have their own); it only keeps a server that accepts a connection and
-/// then never answers from holding a thread for good, so it is generous: a synchronous
-/// `tools/call` answered with plain JSON may take minutes.
+/// How long a POST's connection may stay silent (or refuse to take our bytes) before its
+/// exchange fails. It is not a request timeout (the client's calls have their own); it only
+/// keeps a server that accepts a connection and then never answers from holding a thread
+/// for good, so it is generous: a synchronous `tools/call` answered with plain JSON may
+/// take minutes.
 ///
-/// Event-stream bodies get no read timeout: a `tasks/result` held open over SSE, or the
-/// `GET` stream, may rightly stay silent for as long as a task runs. Those end when the
-/// server ends them or when the client shuts down, which shuts down every open connection.
+/// Some exchanges may rightly stay silent for as long as a task runs, and get no read
+/// timeout: an event-stream body (once its head says so), a `tasks/result` (which blocks
+/// until the task ends; a server may hold even its head until then, as ours does) and the
+/// `GET` stream. Those end when the server ends them or when the client shuts down, which
+/// shuts down every open connection.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Connect, read and write limit of the `DELETE` that ends a session: it is sent while the
@@ -163,8 +165,9 @@ impl Drop for OpenConnection {
 /// How an exchange treats its connection.
 struct Link<'a> {
     connect: Duration,
-    /// Read and write timeout of the connection (see [`IDLE_TIMEOUT`]).
-    idle: Duration,
+    /// Read and write timeout of the connection (see [`IDLE_TIMEOUT`]); `None` waits as
+    /// long as the server takes.
+    idle: Option<Duration>,
     /// Where the connection is kept while the exchange is under way.
     open: Option<&'a Arc<OpenConnections>>,
 }
@@ -298,8 +301,8 @@ fn exchange(
         ));
     }
     let mut stream = endpoint.connect(link.connect)?;
-    stream.set_read_timeout(Some(link.idle))?;
-    stream.set_write_timeout(Some(link.idle))?;
+    stream.set_read_timeout(link.idle)?;
+    stream.set_write_timeout(link.idle)?;
     let open = link.open.map(|open| open.add(&stream)).transpose()?;
     let mut head = format!(
         "{method} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
@@ -574,11 +577,13 @@ impl Inner {
         }
     }
 
-    /// How an exchange for a message connects: see [`IDLE_TIMEOUT`].
-    fn link(&self) -> Link<'_> {
+    /// How an exchange for `method` (`None`: the `GET` stream) connects: see
+    /// [`IDLE_TIMEOUT`].
+    fn link(&self, method: Option<&str>) -> Link<'_> {
+        let held = matches!(method, None | Some("tasks/result"));
         Link {
             connect: CONNECT_TIMEOUT,
-            idle: self.idle,
+            idle: (!held).then_some(self.idle),
             open: Some(&self.open),
         }
     }
@@ -602,7 +607,7 @@ impl Inner {
             "POST",
             &self.headers(message),
             &body,
-            self.link(),
+            self.link(message.get("method").and_then(Value::as_str)),
         )
         .map_err(|e| self.io_error(e))?;
         if let Some(session) = response.header("Mcp-Session-Id") {
@@ -721,7 +726,7 @@ impl Inner {
         }
         // Once the client shuts down, the connection is refused a place among the open ones
         // (or shut down with them), so a stream opened late never outlives the client.
-        let response = match exchange(&self.endpoint, "GET", &headers, &[], self.link()) {
+        let response = match exchange(&self.endpoint, "GET", &headers, &[], self.link(None)) {
             Ok(response) => response,
             Err(error) => {
                 if !self.open.is_closed() {
@@ -798,7 +803,7 @@ impl Transport for HttpTransport {
             ];
             let link = Link {
                 connect: DELETE_TIMEOUT,
-                idle: DELETE_TIMEOUT,
+                idle: Some(DELETE_TIMEOUT),
                 open: None,
             };
             // The status line and head are all we wait for; the body is not read.
@@ -1244,22 +1249,33 @@ mod tests {
     }
 
     #[test]
-    fn event_streams_may_stay_silent_longer_than_the_idle_timeout() {
+    fn event_streams_and_held_tasks_result_may_stay_silent_longer_than_the_idle_timeout() {
         let server = fake_server(|request| {
             let id = &request.body["id"];
             if request.method() == "GET" {
+                // The head comes late too, and then the first event.
                 let ask = json!({"jsonrpc": "2.0", "id": "s1", "method": "ping"});
-                return Some(format!("{EVENT_STREAM}{PAUSE}data: {ask}\n\n{HOLD}"));
+                return Some(format!("{PAUSE}{EVENT_STREAM}{PAUSE}data: {ask}\n\n{HOLD}"));
             }
             let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"late": true}});
+            if request.rpc_method() == Some("tasks/result") {
+                // Held until the task ends, then answered with plain JSON, as our server does.
+                return Some(format!("{PAUSE}{}", json_reply("200 OK", &answer, "")));
+            }
             Some(format!("{EVENT_STREAM}{PAUSE}data: {answer}\n\n"))
         });
         let idle = Duration::from_millis(200);
         assert!(PAUSE_FOR > 3 * idle);
         let (transport, shared, jobs) = transport(&server, Revision::V2025, idle);
         let pending = ping(&shared, &transport);
+        let (id, held) = shared.register().unwrap();
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": "tasks/result",
+                             "params": {"taskId": "t1"}});
+        transport.send_request(&id, message).unwrap();
         transport.ready();
         let answer = pending.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(answer.unwrap()["late"], true);
+        let answer = held.recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!(answer.unwrap()["late"], true);
         match jobs.recv_timeout(Duration::from_secs(5)) {
             Ok(Work::Request(request)) => assert_eq!(request.method, "ping"),
