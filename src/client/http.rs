@@ -492,10 +492,12 @@ pub(crate) struct HttpTransport {
 }
 
 impl HttpTransport {
+    /// `request_timeout` is the client's: a connection may stay silent at least that long.
     pub(crate) fn new(
         url: &str,
         revision: Revision,
         shared: Arc<Shared>,
+        request_timeout: Duration,
     ) -> Result<HttpTransport, ClientError> {
         Ok(HttpTransport {
             inner: Arc::new(Inner {
@@ -505,7 +507,7 @@ impl HttpTransport {
                 session: Mutex::new(None),
                 negotiated: Mutex::new(None),
                 open: Arc::default(),
-                idle: IDLE_TIMEOUT,
+                idle: IDLE_TIMEOUT.max(request_timeout),
             }),
         })
     }
@@ -1105,7 +1107,7 @@ mod tests {
                 (_, Some("initialize")) => Some(json_reply(
                     "200 OK",
                     &json!({"jsonrpc": "2.0", "id": id, "result": {
-                        "protocolVersion": "2025-06-18",
+                        "protocolVersion": "2025-11-25",
                         "capabilities": {},
                         "serverInfo": {"name": "fake", "version": "0"},
                     }}),
@@ -1144,14 +1146,14 @@ mod tests {
                 .unwrap();
             assert_eq!(
                 request.header("MCP-Protocol-Version"),
-                Some("2025-06-18"),
+                Some("2025-11-25"),
                 "{versions:?}"
             );
         }
         for request in seen.iter().filter(|r| r.method() != "POST") {
             assert_eq!(
                 request.header("MCP-Protocol-Version"),
-                Some("2025-06-18"),
+                Some("2025-11-25"),
                 "{versions:?}"
             );
         }
@@ -1165,7 +1167,8 @@ mod tests {
         idle: Duration,
     ) -> (HttpTransport, Arc<Shared>, Receiver<Work>) {
         let (shared, jobs) = Shared::new();
-        let mut transport = HttpTransport::new(&server.url, revision, shared.clone()).unwrap();
+        let mut transport =
+            HttpTransport::new(&server.url, revision, shared.clone(), Duration::ZERO).unwrap();
         Arc::get_mut(&mut transport.inner).unwrap().idle = idle;
         (transport, shared, jobs)
     }

@@ -249,7 +249,12 @@ impl ClientBuilder {
     #[cfg(feature = "http")]
     pub fn connect_http(self, url: &str) -> Result<Client, ClientError> {
         let (shared, jobs) = Shared::new();
-        let transport = http::HttpTransport::new(url, self.config.revision, shared.clone())?;
+        let transport = http::HttpTransport::new(
+            url,
+            self.config.revision,
+            shared.clone(),
+            self.config.request_timeout,
+        )?;
         self.finish(shared, jobs, Arc::new(transport))
     }
 
