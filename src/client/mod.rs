@@ -779,7 +779,12 @@ impl Client {
     fn follow(&self, task: TaskInfo, follow: &mut Follow<'_, '_>) -> Result<Value, ClientError> {
         follow.report(&task);
         match self.revision() {
-            Revision::V2025 => self.follow_2025(task, follow),
+            Revision::V2025 => {
+                let id = task.task_id.clone();
+                let outcome = self.follow_2025(task, follow);
+                self.inner.shared.forget_task(&id);
+                outcome
+            }
             Revision::Sep2663 => self.follow_sep2663(task, follow),
         }
     }

@@ -2,7 +2,7 @@
 //! the dispatcher thread that answers the server's own requests through the handlers, and
 //! the newline-delimited JSON-RPC transport (a spawned server's stdio, or any stream pair).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{BufReader, Read, Write};
 use std::panic::AssertUnwindSafe;
 use std::process::Child;
@@ -79,11 +79,51 @@ pub(crate) struct Shared {
     inputs: Mutex<Inputs>,
 }
 
+/// How many of the server's latest request ids are remembered, to drop a repeat of one;
+/// and how many tasks' input counts are kept before those with nothing in flight go.
+/// Repeats come soon after the first copy (the same request on two streams), and a
+/// long-lived client must not remember every request of its life.
+const REMEMBERED: usize = 4096;
+
 #[derive(Default)]
 struct Inputs {
     per_task: HashMap<String, TaskInputs>,
-    /// Every server request id seen: each is handled once, however often it arrives.
+    /// The latest server request ids ([`REMEMBERED`] at most): each is handled once,
+    /// however often it arrives.
     seen: HashSet<RequestId>,
+    /// `seen` in arrival order, oldest first, to forget the oldest.
+    seen_order: VecDeque<RequestId>,
+    /// The size of `per_task` at which tasks with nothing in flight are next forgotten.
+    prune_at: usize,
+}
+
+impl Inputs {
+    /// Remembers a server request id; false if it is a repeat.
+    fn first_sight(&mut self, id: &RequestId) -> bool {
+        if !self.seen.insert(id.clone()) {
+            return false;
+        }
+        self.seen_order.push_back(id.clone());
+        if self.seen_order.len() > REMEMBERED {
+            if let Some(oldest) = self.seen_order.pop_front() {
+                self.seen.remove(&oldest);
+            }
+        }
+        true
+    }
+
+    /// The input counts of `task`, made on first use.
+    fn task(&mut self, task: String) -> &mut TaskInputs {
+        if self.per_task.len() >= self.prune_at.max(REMEMBERED)
+            && !self.per_task.contains_key(&task)
+        {
+            self.per_task.retain(|_, inputs| inputs.in_flight > 0);
+            // If most are still in flight, prune again only once the map has doubled:
+            // a prune per new task would make each one cost as much as the whole map.
+            self.prune_at = 2 * self.per_task.len();
+        }
+        self.per_task.entry(task).or_default()
+    }
 }
 
 impl Shared {
@@ -144,12 +184,12 @@ impl Shared {
             Message::Request(request) => {
                 {
                     let mut inputs = self.inputs.lock();
-                    if !inputs.seen.insert(request.id.clone()) {
+                    if !inputs.first_sight(&request.id) {
                         log::debug!("mcp client: request {} arrived again; ignored", request.id);
                         return;
                     }
                     if let Some(task) = related_task(request.params.as_ref()) {
-                        let entry = inputs.per_task.entry(task).or_default();
+                        let entry = inputs.task(task);
                         entry.seen += 1;
                         entry.in_flight += 1;
                     }
@@ -196,6 +236,14 @@ impl Shared {
             .get(task)
             .copied()
             .unwrap_or_default()
+    }
+
+    /// Forgets the input counts of a task nobody follows any more.
+    pub(crate) fn forget_task(&self, task: &str) {
+        let mut inputs = self.inputs.lock();
+        if inputs.per_task.get(task).is_some_and(|t| t.in_flight == 0) {
+            inputs.per_task.remove(task);
+        }
     }
 
     fn input_done(&self, task: &str) {
@@ -395,5 +443,52 @@ impl Transport for LineTransport {
 
     fn process_id(&self) -> Option<u32> {
         self.child.lock().as_ref().map(Child::id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(id: i64, task: &str) -> Message {
+        Message::Request(Request {
+            id: RequestId::Number(id),
+            method: "elicitation/create".into(),
+            params: Some(json!({"_meta": {RELATED_TASK: {"taskId": task}}})),
+        })
+    }
+
+    #[test]
+    fn repeats_are_dropped_and_only_the_latest_ids_are_remembered() {
+        let (shared, jobs) = Shared::new();
+        shared.incoming(request(1, "t"));
+        shared.incoming(request(1, "t"));
+        assert_eq!(jobs.try_iter().count(), 1, "a repeat is dispatched once");
+        for id in 2..=(3 * REMEMBERED as i64) {
+            shared.incoming(request(id, &format!("t{id}")));
+        }
+        let inputs = shared.inputs.lock();
+        assert!(inputs.seen.len() <= REMEMBERED && inputs.seen_order.len() <= REMEMBERED);
+        assert!(inputs
+            .seen
+            .contains(&RequestId::Number(3 * REMEMBERED as i64)));
+        // Every request is still in flight (nobody ran the dispatcher): none is forgotten.
+        assert_eq!(inputs.per_task.len(), 3 * REMEMBERED);
+    }
+
+    #[test]
+    fn input_counts_of_finished_tasks_do_not_pile_up() {
+        let (shared, _jobs) = Shared::new();
+        for id in 0..(3 * REMEMBERED as i64) {
+            let task = format!("t{id}");
+            shared.incoming(request(id, &task));
+            shared.input_done(&task);
+        }
+        assert!(shared.inputs.lock().per_task.len() <= REMEMBERED);
+        shared.incoming(request(-1, "followed"));
+        shared.input_done("followed");
+        assert_eq!(shared.task_inputs("followed").seen, 1);
+        shared.forget_task("followed");
+        assert_eq!(shared.task_inputs("followed"), TaskInputs::default());
     }
 }
