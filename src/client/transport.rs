@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
@@ -343,16 +343,23 @@ pub(crate) fn start_dispatcher(
         .map(|_| ())
 }
 
-/// Newline-delimited JSON-RPC over a writer and a reader thread.
+/// Newline-delimited JSON-RPC over a reader thread and a writer thread.
+///
+/// Messages go out through a bounded queue to a thread of their own, so a server that
+/// stops reading its input never blocks a caller (whose request timeout then applies), nor
+/// the client's drop.
 pub(crate) struct LineTransport {
-    writer: Mutex<Option<Box<dyn Write + Send>>>,
+    outgoing: Mutex<Option<Sender<Vec<u8>>>>,
     child: Mutex<Option<Child>>,
     shared: Arc<Shared>,
 }
 
+/// Messages queued for a server that is not reading before sending fails.
+const MAX_QUEUED_MESSAGES: usize = 1024;
+
 impl LineTransport {
-    /// Starts the reader thread on `reader`; messages go out through `writer`. `child`,
-    /// if given, is the server process, reaped on shutdown.
+    /// Starts the reader thread on `reader` and the writer thread on `writer`. `child`, if
+    /// given, is the server process, reaped on shutdown.
     pub(crate) fn start(
         shared: Arc<Shared>,
         reader: Box<dyn Read + Send>,
@@ -363,26 +370,58 @@ impl LineTransport {
         std::thread::Builder::new()
             .name("mcp-client-reader".into())
             .spawn(move || read_lines(reader, &reading))?;
+        let (outgoing, lines) = crossbeam_channel::bounded(MAX_QUEUED_MESSAGES);
+        let writing = shared.clone();
+        std::thread::Builder::new()
+            .name("mcp-client-writer".into())
+            .spawn(move || write_lines(writer, &lines, &writing))?;
         Ok(LineTransport {
-            writer: Mutex::new(Some(writer)),
+            outgoing: Mutex::new(Some(outgoing)),
             child: Mutex::new(child),
             shared,
         })
     }
 
     fn write(&self, message: &Value) -> Result<(), ClientError> {
-        let mut writer = self.writer.lock();
-        let Some(writer) = writer.as_mut() else {
-            return Err(ClientError::closed("the client was shut down"));
-        };
+        if let Some(reason) = self.shared.closed_reason() {
+            return Err(ClientError::closed(reason));
+        }
         let mut line = serde_json::to_vec(message)
             .map_err(|e| ClientError::Protocol(format!("cannot serialise a message: {e}")))?;
         line.push(b'\n');
-        let written = writer.write_all(&line).and_then(|()| writer.flush());
-        written.map_err(|error| match self.shared.closed_reason() {
-            Some(reason) => ClientError::closed(reason),
-            None => ClientError::io(error),
+        let outgoing = self.outgoing.lock();
+        let Some(outgoing) = outgoing.as_ref() else {
+            return Err(ClientError::closed("the client was shut down"));
+        };
+        outgoing.try_send(line).map_err(|error| match error {
+            TrySendError::Full(_) => ClientError::Io(std::io::Error::new(
+                std::io::ErrorKind::WouldBlock,
+                format!(
+                    "the server is not reading its input ({MAX_QUEUED_MESSAGES} messages queued)"
+                ),
+            )),
+            TrySendError::Disconnected(_) => ClientError::closed(
+                self.shared
+                    .closed_reason()
+                    .unwrap_or_else(|| "the connection is closed".into()),
+            ),
         })
+    }
+}
+
+/// Writes queued lines until the queue closes (shutdown), then drops `writer`, which
+/// closes the server's input. A failed write ends the connection for every caller.
+fn write_lines(mut writer: Box<dyn Write + Send>, lines: &Receiver<Vec<u8>>, shared: &Shared) {
+    for line in lines {
+        let mut written = writer.write_all(&line);
+        // Flush when nothing else is queued, so a burst goes out in one write.
+        if written.is_ok() && lines.is_empty() {
+            written = writer.flush();
+        }
+        if let Err(error) = written {
+            shared.close(format!("writing to the server failed: {error}"));
+            return;
+        }
     }
 }
 
@@ -422,8 +461,9 @@ impl Transport for LineTransport {
     }
 
     fn shutdown(&self) {
-        // Closing the server's input is how a stdio server is told to exit.
-        drop(self.writer.lock().take());
+        // Closing the server's input is how a stdio server is told to exit: the writer
+        // thread writes what is queued, then drops it.
+        drop(self.outgoing.lock().take());
         let Some(mut child) = self.child.lock().take() else {
             return;
         };

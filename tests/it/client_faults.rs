@@ -260,3 +260,46 @@ fn a_server_that_settles_on_a_version_without_tasks_is_refused() {
     );
     assert!(!methods(&log).contains(&"notifications/initialized".to_owned()));
 }
+
+#[test]
+fn a_server_that_stops_reading_neither_blocks_a_request_past_its_timeout_nor_the_drop() {
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    // Answers initialize, then never reads again (but keeps its end open).
+    let server = std::thread::spawn(move || {
+        let mut out = theirs.try_clone().unwrap();
+        let mut lines = BufReader::new(theirs.try_clone().unwrap()).lines();
+        let init: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        let result = json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                            "serverInfo": {"name": "deaf", "version": "0"}});
+        writeln!(
+            out,
+            "{}",
+            json!({"jsonrpc": "2.0", "id": init["id"], "result": result})
+        )
+        .unwrap();
+        (lines, out)
+    });
+    let builder = Client::builder().request_timeout(Duration::from_millis(300));
+    let client = connect(builder, ours).unwrap();
+    let _deaf = server.join().unwrap();
+    // Far more than the socket buffers hold: the writes block for good.
+    let padding = "x".repeat(4 << 20);
+    let (done_tx, done) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        let outcome = client.request("ping", json!({ "padding": padding }));
+        let outcome2 = client.request("ping", json!({}));
+        let started = Instant::now();
+        drop(client);
+        done_tx
+            .send((outcome, outcome2, started.elapsed()))
+            .unwrap();
+    });
+    let (first, second, dropping) = done
+        .recv_timeout(Duration::from_secs(10))
+        .expect("neither the requests nor the drop hang");
+    for outcome in [first, second] {
+        let error = outcome.unwrap_err();
+        assert!(matches!(error, ClientError::Timeout { .. }), "{error}");
+    }
+    assert!(dropping < Duration::from_secs(5));
+}
