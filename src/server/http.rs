@@ -3,6 +3,10 @@
 //! - 2026-07-28 (SEP-2663) requests are stateless: every request stands alone and must carry
 //!   `Mcp-Method` (and `Mcp-Name` where it names a tool or a task) matching its body, else
 //!   -32020 with HTTP 400. Task ids are bearer capabilities; such tasks are sessionless.
+//!   Such requests share one connection, so only bodies that speak 2026-07-28 themselves
+//!   (`_meta` protocol version, or `server/discover`) reach it: the `MCP-Protocol-Version`
+//!   header alone gets -32020 (HTTP 400), and the removed `tasks/list`, `tasks/result` and
+//!   `initialize` get -32601. An unsupported `MCP-Protocol-Version` gets HTTP 400.
 //! - 2025-11-25 uses sessions: `initialize` opens one and answers with `Mcp-Session-Id`;
 //!   every later request must carry it, and its tasks live in a store session of the same
 //!   id, so one client never sees another's tasks. `GET /mcp` opens the session's event
@@ -25,7 +29,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tiny_http::{Header, Method, Request, Response, StatusCode};
 
-use super::{Connection, Server};
+use super::{Connection, Server, SUPPORTED_VERSIONS};
 use crate::model::{SessionId, StoreEvent, TaskId};
 use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::protocol::{sep2663, RequestMeta, Revision};
@@ -259,12 +263,31 @@ fn header<'a>(request: &'a Request, name: &'static str) -> Option<&'a str> {
         .map(|h| h.value.as_str())
 }
 
+/// Whether a protocol version (from the `MCP-Protocol-Version` header or `_meta`) is one
+/// this server speaks.
+fn supported_version(version: &str) -> bool {
+    version == sep2663::PROTOCOL_VERSION || SUPPORTED_VERSIONS.contains(&version)
+}
+
+fn unsupported_version(version: &str) -> RpcError {
+    let mut supported = vec![sep2663::PROTOCOL_VERSION];
+    supported.extend_from_slice(SUPPORTED_VERSIONS);
+    RpcError::invalid_request(format!(
+        "unsupported protocol version '{version}' (supported: {})",
+        supported.join(", ")
+    ))
+}
+
 fn handle(state: &Arc<State>, mut request: Request) {
     let path = request.url().split('?').next().unwrap_or("");
     let answer = if path != "/mcp" {
         Answer::error(404, RpcError::invalid_request("the MCP endpoint is /mcp"))
     } else if !origin_allowed(header(&request, "Origin"), &state.options.allowed_origins) {
         Answer::error(403, RpcError::invalid_request("origin not allowed"))
+    } else if let Some(version) =
+        header(&request, "MCP-Protocol-Version").filter(|v| !supported_version(v))
+    {
+        Answer::error(400, unsupported_version(version))
     } else {
         match request.method() {
             Method::Post => post(state, &mut request),
@@ -356,6 +379,14 @@ fn read_body(state: &State, request: &mut Request) -> Result<String, Answer> {
     })
 }
 
+/// Whether a message speaks 2026-07-28 (SEP-2663) by its body. This must be the very test
+/// [`Connection`] uses to pick a request's handlers (`server/discover`, or a 2026 protocol
+/// version in `_meta`): the transport only lets such messages reach the shared stateless
+/// connection, so no 2025-11-25 handler ever runs there.
+fn speaks_sep2663(method: Option<&str>, params: Option<&Value>) -> bool {
+    method == Some("server/discover") || RequestMeta::of(params).revision() == Revision::Sep2663
+}
+
 fn post(state: &Arc<State>, request: &mut Request) -> Answer {
     let body = match read_body(state, request) {
         Ok(body) => body,
@@ -375,11 +406,25 @@ fn post(state: &Arc<State>, request: &mut Request) -> Answer {
         Message::Notification(n) => (Some(n.method.as_str()), n.params.as_ref()),
         Message::Response(_) => (None, None),
     };
-    let stateless = method == Some("server/discover")
-        || RequestMeta::of(params).revision() == Revision::Sep2663
-        || header(request, "MCP-Protocol-Version").is_some_and(|v| v >= "2026");
-    if stateless {
-        post_stateless(state, request, message)
+    if let Some(version) = RequestMeta::of(params).protocol_version {
+        if !supported_version(&version) {
+            let id = match &message {
+                Message::Request(r) => Some(&r.id),
+                _ => None,
+            };
+            let error = jsonrpc::error_response(id, &unsupported_version(&version));
+            return Answer::json(400, error);
+        }
+    }
+    let header_version = header(request, "MCP-Protocol-Version");
+    let by_header = header_version == Some(sep2663::PROTOCOL_VERSION);
+    let by_body = speaks_sep2663(method, params);
+    if by_header || by_body {
+        // A body that names its version in `_meta` while the header names another one is
+        // a header mismatch; `server/discover` is how versions are found, so it fits any.
+        let mismatch =
+            header_version.is_some() && by_header != by_body && method != Some("server/discover");
+        post_stateless(state, request, message, by_body, mismatch)
     } else {
         post_session(state, request, message)
     }
@@ -410,15 +455,47 @@ fn status_of(response: &Value) -> u16 {
     }
 }
 
-fn post_stateless(state: &Arc<State>, request: &Request, message: Message) -> Answer {
+/// A message for the shared stateless connection, which must only ever see 2026-07-28
+/// requests: every SEP-2663 task is sessionless and lives there, so a 2025-11-25 handler
+/// (`tasks/list`, `tasks/result`, `initialize`) run there would hand them to anyone.
+fn post_stateless(
+    state: &Arc<State>,
+    request: &Request,
+    message: Message,
+    speaks_sep2663: bool,
+    version_mismatch: bool,
+) -> Answer {
     if let Message::Request(r) = &message {
         // Removed methods are refused before any header or parameter is looked at.
-        if !matches!(r.method.as_str(), "tasks/result" | "tasks/list") {
-            if let Err(error) = check_routing_headers(request, &r.method, r.params.as_ref()) {
-                let response = jsonrpc::error_response(Some(&r.id), &error);
-                return Answer::json(400, response);
-            }
+        if matches!(
+            r.method.as_str(),
+            "tasks/result" | "tasks/list" | "initialize"
+        ) {
+            let error = RpcError::method_not_found(&r.method);
+            let response = jsonrpc::error_response(Some(&r.id), &error);
+            return Answer::json(200, response);
         }
+        let checked = if version_mismatch || !speaks_sep2663 {
+            Err(RpcError::new(
+                sep2663::HEADER_MISMATCH,
+                format!(
+                    "the MCP-Protocol-Version header does not match the body: a {} request \
+                     names its protocol version in params._meta[\"{}\"]",
+                    sep2663::PROTOCOL_VERSION,
+                    crate::protocol::meta::PROTOCOL_VERSION_KEY,
+                ),
+            ))
+        } else {
+            check_routing_headers(request, &r.method, r.params.as_ref())
+        };
+        if let Err(error) = checked {
+            let response = jsonrpc::error_response(Some(&r.id), &error);
+            return Answer::json(400, response);
+        }
+    } else if !speaks_sep2663 {
+        // Nothing to answer, and nothing a 2025-11-25 notification or response could mean
+        // to the stateless connection.
+        return Answer::empty(202);
     }
     match exchange(&state.stateless, message) {
         Some(response) => Answer::json(status_of(&response), response),

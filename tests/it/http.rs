@@ -407,3 +407,109 @@ fn a_session_event_stream_carries_status_notifications() {
         }
     }
 }
+
+#[test]
+fn the_2026_header_alone_never_reaches_the_2025_handlers() {
+    let http = start();
+    let addr = http.local_addr();
+    // A SEP-2663 client's task: sessionless, its id a bearer capability.
+    let created = post(
+        addr,
+        &[("Mcp-Method", "tools/call"), ("Mcp-Name", "sleep_required")],
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "sleep_required", "arguments": {"ms": 300}, "_meta": meta_2026(true)}}),
+    );
+    let id = created.body["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task in {}", created.body))
+        .to_string();
+    let v2026 = ("MCP-Protocol-Version", "2026-07-28");
+    let leaks = |reply: &Reply| reply.body.to_string().contains(&id);
+
+    // Bodies without `_meta`: 2025-11-25 requests sent with the 2026 header.
+    let list = post(
+        addr,
+        &[v2026],
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/list"}),
+    );
+    assert!(!leaks(&list), "{}", list.body);
+    assert_eq!(list.code(), -32601, "tasks/list was removed");
+    let result = post(
+        addr,
+        &[v2026],
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {"taskId": id}}),
+    );
+    assert_eq!(result.code(), -32601, "tasks/result was removed");
+    assert!(result.body.get("result").is_none(), "{}", result.body);
+    let initialize = post(
+        addr,
+        &[v2026, ("Mcp-Method", "initialize")],
+        &json!({"jsonrpc": "2.0", "id": 4, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}}}),
+    );
+    assert_eq!(initialize.code(), -32601, "2026-07-28 has no initialize");
+    assert!(initialize.header("Mcp-Session-Id").is_none());
+    let get = post(
+        addr,
+        &[v2026, ("Mcp-Method", "tasks/get"), ("Mcp-Name", &id)],
+        &json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/get", "params": {"taskId": id}}),
+    );
+    assert_eq!((get.status, get.code()), (400, -32020), "{}", get.body);
+    let legacy_task = post(
+        addr,
+        &[v2026, ("Mcp-Method", "tools/call"), ("Mcp-Name", "sleep")],
+        &json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+        "params": {"name": "sleep", "arguments": {"ms": 0}, "task": {}}}),
+    );
+    assert_eq!((legacy_task.status, legacy_task.code()), (400, -32020));
+
+    // The owner still reads it with a proper 2026-07-28 request.
+    let owner = post(
+        addr,
+        &[v2026, ("Mcp-Method", "tasks/get"), ("Mcp-Name", &id)],
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "tasks/get",
+        "params": {"taskId": id, "_meta": meta_2026(true)}}),
+    );
+    assert_eq!(
+        owner.body["result"]["taskId"],
+        id.as_str(),
+        "{}",
+        owner.body
+    );
+}
+
+#[test]
+fn an_unsupported_protocol_version_header_gets_400() {
+    let http = start();
+    let addr = http.local_addr();
+    let session = initialize(addr);
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+    let bad = post(
+        addr,
+        &[
+            ("Mcp-Session-Id", &session),
+            ("MCP-Protocol-Version", "1999-01-01"),
+        ],
+        &ping,
+    );
+    assert_eq!((bad.status, bad.code()), (400, -32600), "{}", bad.body);
+    let bad_get = send(
+        addr,
+        "GET",
+        &[
+            ("Accept", "text/event-stream"),
+            ("Mcp-Session-Id", &session),
+            ("MCP-Protocol-Version", "2099-01-01"),
+        ],
+        b"",
+    );
+    assert_eq!(bad_get.status, 400);
+    for good in ["2025-11-25", "2025-06-18"] {
+        let ok = post(
+            addr,
+            &[("Mcp-Session-Id", &session), ("MCP-Protocol-Version", good)],
+            &ping,
+        );
+        assert_eq!((ok.status, &ok.body["result"]), (200, &json!({})), "{good}");
+    }
+}
