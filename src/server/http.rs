@@ -13,8 +13,12 @@
 //!   stream (server-sent events) for status notifications and server-to-client requests
 //!   such as elicitation; `DELETE /mcp` ends the session.
 //!
-//! A fixed number of worker threads serve requests (bounded concurrency), bodies are
-//! limited in size, and a browser `Origin` other than loopback is refused (DNS rebinding).
+//! A fixed number of workers read requests and hand them to their connection. An answer
+//! is written by whichever thread produces it, so a long tool call or a blocking
+//! `tasks/result` holds no worker (the connection bounds its waiting `tasks/result`
+//! calls), and each event stream runs on a thread of its own (at most one per session).
+//! Bodies are limited in size, and a browser `Origin` other than loopback is refused (DNS
+//! rebinding).
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -39,7 +43,9 @@ use crate::protocol::{sep2663, RequestMeta, Revision};
 pub struct HttpOptions {
     /// Largest request body accepted, in bytes (default 4 MiB); larger ones get HTTP 413.
     pub max_body_bytes: usize,
-    /// Requests served at once (default 64); an open event stream holds one.
+    /// Threads that read requests and dispatch them (default 64). A request holds one only
+    /// while its body is read and it is handed to its connection: answers that take time
+    /// (tool calls, a blocking `tasks/result`) and event streams do not hold one.
     pub workers: usize,
     /// Most 2025-11-25 sessions open at once (default 1024).
     pub max_sessions: usize,
@@ -278,7 +284,7 @@ fn unsupported_version(version: &str) -> RpcError {
     ))
 }
 
-fn handle(state: &Arc<State>, mut request: Request) {
+fn handle(state: &Arc<State>, request: Request) {
     let path = request.url().split('?').next().unwrap_or("");
     let answer = if path != "/mcp" {
         Answer::error(404, RpcError::invalid_request("the MCP endpoint is /mcp"))
@@ -290,7 +296,7 @@ fn handle(state: &Arc<State>, mut request: Request) {
         Answer::error(400, unsupported_version(version))
     } else {
         match request.method() {
-            Method::Post => post(state, &mut request),
+            Method::Post => return post(state, request),
             Method::Get => return get(state, request),
             Method::Delete => delete(state, &request),
             _ => Answer::error(405, RpcError::invalid_request("use POST, GET or DELETE")),
@@ -387,18 +393,16 @@ fn speaks_sep2663(method: Option<&str>, params: Option<&Value>) -> bool {
     method == Some("server/discover") || RequestMeta::of(params).revision() == Revision::Sep2663
 }
 
-fn post(state: &Arc<State>, request: &mut Request) -> Answer {
-    let body = match read_body(state, request) {
+fn post(state: &Arc<State>, mut request: Request) {
+    let body = match read_body(state, &mut request) {
         Ok(body) => body,
-        Err(answer) => return answer,
+        Err(answer) => return respond(request, answer),
     };
     let message = match jsonrpc::parse_message(&body) {
         Ok(message) => message,
         Err(rejected) => {
-            return Answer::json(
-                400,
-                jsonrpc::error_response(rejected.id.as_ref(), &rejected.error),
-            )
+            let error = jsonrpc::error_response(rejected.id.as_ref(), &rejected.error);
+            return respond(request, Answer::json(400, error));
         }
     };
     let (method, params) = match &message {
@@ -413,10 +417,10 @@ fn post(state: &Arc<State>, request: &mut Request) -> Answer {
                 _ => None,
             };
             let error = jsonrpc::error_response(id, &unsupported_version(&version));
-            return Answer::json(400, error);
+            return respond(request, Answer::json(400, error));
         }
     }
-    let header_version = header(request, "MCP-Protocol-Version");
+    let header_version = header(&request, "MCP-Protocol-Version");
     let by_header = header_version == Some(sep2663::PROTOCOL_VERSION);
     let by_body = speaks_sep2663(method, params);
     if by_header || by_body {
@@ -430,21 +434,24 @@ fn post(state: &Arc<State>, request: &mut Request) -> Answer {
     }
 }
 
-/// Runs one message through a connection and waits for its answer (`None` for messages
-/// that get none).
-fn exchange(connection: &Arc<Connection>, message: Message) -> Option<Value> {
-    let expects_answer = matches!(message, Message::Request(_));
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    connection.handle_message(
-        message,
-        Box::new(move |value| {
-            let _ = tx.send(value);
-        }),
-    );
-    if expects_answer {
-        rx.recv().ok()
+/// Hands a message to its connection. A request's answer is written by whichever thread
+/// produces it (the reply moves the HTTP request along), so the worker is free again as
+/// soon as the connection has taken the message, however long the answer takes. Other
+/// messages are acknowledged with 202 at once.
+fn dispatch(
+    connection: &Arc<Connection>,
+    request: Request,
+    message: Message,
+    answer: impl FnOnce(Value) -> Answer + Send + 'static,
+) {
+    if matches!(message, Message::Request(_)) {
+        connection.handle_message(
+            message,
+            Box::new(move |value| respond(request, answer(value))),
+        );
     } else {
-        None
+        connection.handle_message(message, Box::new(|_| {}));
+        respond(request, Answer::empty(202));
     }
 }
 
@@ -460,11 +467,11 @@ fn status_of(response: &Value) -> u16 {
 /// (`tasks/list`, `tasks/result`, `initialize`) run there would hand them to anyone.
 fn post_stateless(
     state: &Arc<State>,
-    request: &Request,
+    request: Request,
     message: Message,
     speaks_sep2663: bool,
     version_mismatch: bool,
-) -> Answer {
+) {
     if let Message::Request(r) = &message {
         // Removed methods are refused before any header or parameter is looked at.
         if matches!(
@@ -473,7 +480,7 @@ fn post_stateless(
         ) {
             let error = RpcError::method_not_found(&r.method);
             let response = jsonrpc::error_response(Some(&r.id), &error);
-            return Answer::json(200, response);
+            return respond(request, Answer::json(200, response));
         }
         let checked = if version_mismatch || !speaks_sep2663 {
             Err(RpcError::new(
@@ -486,21 +493,20 @@ fn post_stateless(
                 ),
             ))
         } else {
-            check_routing_headers(request, &r.method, r.params.as_ref())
+            check_routing_headers(&request, &r.method, r.params.as_ref())
         };
         if let Err(error) = checked {
             let response = jsonrpc::error_response(Some(&r.id), &error);
-            return Answer::json(400, response);
+            return respond(request, Answer::json(400, response));
         }
     } else if !speaks_sep2663 {
         // Nothing to answer, and nothing a 2025-11-25 notification or response could mean
         // to the stateless connection.
-        return Answer::empty(202);
+        return respond(request, Answer::empty(202));
     }
-    match exchange(&state.stateless, message) {
-        Some(response) => Answer::json(status_of(&response), response),
-        None => Answer::empty(202),
-    }
+    dispatch(&state.stateless, request, message, |response| {
+        Answer::json(status_of(&response), response)
+    });
 }
 
 /// SEP-2243 routing headers: `Mcp-Method` must name the body's method, and `Mcp-Name` the
@@ -535,26 +541,27 @@ fn check_routing_headers(
     }
 }
 
-fn post_session(state: &Arc<State>, request: &Request, message: Message) -> Answer {
+fn post_session(state: &Arc<State>, request: Request, message: Message) {
     if let Message::Request(r) = &message {
         if r.method == "initialize" {
-            return open_session(state, message);
+            return open_session(state, request, message);
         }
     }
-    let session = match find_session(state, request) {
+    let session = match find_session(state, &request) {
         Ok(session) => session,
-        Err(answer) => return answer,
+        Err(answer) => return respond(request, answer),
     };
-    match exchange(&session.connection, message) {
-        Some(response) => Answer::json(200, response),
-        None => Answer::empty(202),
-    }
+    dispatch(&session.connection, request, message, |response| {
+        Answer::json(200, response)
+    });
 }
 
-fn open_session(state: &Arc<State>, message: Message) -> Answer {
+fn open_session(state: &Arc<State>, request: Request, message: Message) {
     let mut sessions = state.sessions.lock();
     if sessions.len() >= state.options.max_sessions {
-        return Answer::error(503, RpcError::internal("too many open sessions"));
+        drop(sessions);
+        let answer = Answer::error(503, RpcError::internal("too many open sessions"));
+        return respond(request, answer);
     }
     let id = TaskId::random().to_string();
     let (outgoing_tx, outgoing) = crossbeam_channel::bounded(1024);
@@ -569,12 +576,11 @@ fn open_session(state: &Arc<State>, message: Message) -> Answer {
     });
     sessions.insert(id.clone(), session);
     drop(sessions);
-    let response = exchange(&connection, message).unwrap_or(Value::Null);
-    Answer {
+    dispatch(&connection, request, message, move |response| Answer {
         status: 200,
         body: Some(response),
         session: Some(id),
-    }
+    });
 }
 
 fn find_session(state: &State, request: &Request) -> Result<Arc<Session>, Answer> {
@@ -612,7 +618,8 @@ fn delete(state: &State, request: &Request) -> Answer {
 }
 
 /// `GET /mcp`: the session's event stream, as server-sent events in chunked encoding,
-/// written straight to the socket so every event leaves at once.
+/// written straight to the socket so every event leaves at once. The stream runs on a
+/// thread of its own (at most one per session), never on a request worker.
 fn get(state: &Arc<State>, request: Request) {
     let accepts = header(&request, "Accept").is_some_and(|a| a.contains("text/event-stream"));
     if !accepts {
@@ -638,9 +645,28 @@ fn get(state: &Arc<State>, request: Request) {
         let error = RpcError::invalid_request("this session already has an event stream");
         return respond(request, Answer::error(409, error));
     }
-    let mut writer = request.into_writer();
-    let _ = stream_events(&mut writer, &session, state);
-    session.streaming.store(false, Ordering::SeqCst);
+    let stream_state = state.clone();
+    let stream_session = session.clone();
+    let request = Arc::new(Mutex::new(Some(request)));
+    let moved = request.clone();
+    let spawned = std::thread::Builder::new()
+        .name("mcp-http-stream".into())
+        .spawn(move || {
+            let Some(request) = moved.lock().take() else {
+                return;
+            };
+            let mut writer = request.into_writer();
+            let _ = stream_events(&mut writer, &stream_session, &stream_state);
+            stream_session.streaming.store(false, Ordering::SeqCst);
+        });
+    if let Err(error) = spawned {
+        log::error!("cannot spawn an event stream thread: {error}");
+        session.streaming.store(false, Ordering::SeqCst);
+        if let Some(request) = request.lock().take() {
+            let error = RpcError::internal("the server cannot open a stream now");
+            respond(request, Answer::error(503, error));
+        }
+    }
 }
 
 fn stream_events(writer: &mut dyn Write, session: &Session, state: &State) -> io::Result<()> {

@@ -45,10 +45,21 @@ impl Reply {
 
 /// One HTTP/1.1 exchange on a fresh connection.
 fn send(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
-    let mut stream = TcpStream::connect(addr).unwrap();
+    let stream = write_request(addr, method, headers, body);
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
+    read_reply(stream)
+}
+
+/// Opens a connection and sends one request on it, without waiting for the answer.
+fn write_request(
+    addr: SocketAddr,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap();
     let mut head = format!(
         "{method} /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
@@ -59,6 +70,11 @@ fn send(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: &[u8]) -
     head.push_str("\r\n");
     stream.write_all(head.as_bytes()).unwrap();
     stream.write_all(body).unwrap();
+    stream
+}
+
+/// Reads the answer to the request sent on `stream` (until the server closes it).
+fn read_reply(mut stream: TcpStream) -> Reply {
     let mut raw = Vec::new();
     let _ = stream.read_to_end(&mut raw);
     let text = String::from_utf8_lossy(&raw).to_string();
@@ -66,7 +82,7 @@ fn send(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: &[u8]) -
     let mut lines = head.lines();
     let status = lines
         .next()
-        .unwrap()
+        .unwrap_or_else(|| panic!("no answer: {text:?}"))
         .split(' ')
         .nth(1)
         .unwrap()
@@ -511,5 +527,73 @@ fn an_unsupported_protocol_version_header_gets_400() {
             &ping,
         );
         assert_eq!((ok.status, &ok.body["result"]), (200, &json!({})), "{good}");
+    }
+}
+
+/// Starts `sleep` (long) as a 2025-11-25 task in `session` and returns its id.
+fn start_long_task(addr: SocketAddr, session: &str) -> String {
+    let created = post(
+        addr,
+        &[("Mcp-Session-Id", session)],
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "sleep", "arguments": {"ms": 600_000}, "task": {}}}),
+    );
+    created.body["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task in {}", created.body))
+        .to_string()
+}
+
+#[test]
+fn blocked_tasks_result_calls_hold_no_http_worker() {
+    let http = start();
+    let addr = http.local_addr();
+    let session = initialize(addr);
+    let id = start_long_task(addr, &session);
+    let body =
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {"taskId": id}})
+            .to_string();
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("Mcp-Session-Id", session.as_str()),
+    ];
+    // More waiting calls than the server has workers (8).
+    let blocked: Vec<TcpStream> = (0..12)
+        .map(|_| write_request(addr, "POST", &headers, body.as_bytes()))
+        .collect();
+
+    let other = initialize(addr);
+    let ping = write_request(
+        addr,
+        "POST",
+        &[
+            ("Content-Type", "application/json"),
+            ("Mcp-Session-Id", other.as_str()),
+        ],
+        json!({"jsonrpc": "2.0", "id": 4, "method": "ping"})
+            .to_string()
+            .as_bytes(),
+    );
+    ping.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let pong = read_reply(ping);
+    assert_eq!((pong.status, &pong.body["result"]), (200, &json!({})));
+
+    // Ending the task answers every waiting call.
+    let cancel = post(
+        addr,
+        &[("Mcp-Session-Id", &session)],
+        &json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/cancel", "params": {"taskId": id}}),
+    );
+    assert_eq!(
+        cancel.body["result"]["status"], "cancelled",
+        "{}",
+        cancel.body
+    );
+    for stream in blocked {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let answer = read_reply(stream);
+        assert_eq!(answer.body["id"], 3, "{}", answer.body);
     }
 }
