@@ -37,6 +37,7 @@ use super::{Connection, Server, SUPPORTED_VERSIONS};
 use crate::model::{SessionId, StoreEvent, TaskId};
 use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::protocol::{sep2663, RequestMeta, Revision};
+use crate::TaskStore;
 
 /// Settings of the HTTP transport.
 #[derive(Clone, Debug)]
@@ -110,6 +111,7 @@ impl Closer {
 }
 
 struct Session {
+    id: SessionId,
     connection: Arc<Connection>,
     outgoing: Receiver<Value>,
     streaming: AtomicBool,
@@ -257,6 +259,47 @@ fn route_events(state: &State, events: Receiver<StoreEvent>) {
         let target = state.sessions.lock().get(session.as_str()).cloned();
         if let Some(target) = target {
             target.connection.handle_store_event(&event);
+        }
+    }
+}
+
+/// Ends a session already removed from the map: its stream and pending client requests
+/// end, and its live tasks are cancelled (nobody can reach them any more, and they would
+/// hold tool workers).
+fn end_session(state: &State, session: &Session) {
+    session.ended.close();
+    session.connection.close();
+    cancel_live_tasks(state.server.store().as_ref(), &session.id);
+}
+
+/// Cancels every task of `session` that has not ended. The ids are gathered first, so
+/// cancelling does not disturb the paging.
+fn cancel_live_tasks(store: &dyn TaskStore, session: &SessionId) {
+    let mut live = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = match store.list(Some(session), cursor.as_deref()) {
+            Ok(page) => page,
+            Err(error) => {
+                log::warn!("session {session}: cannot list its tasks to cancel them: {error}");
+                break;
+            }
+        };
+        live.extend(
+            page.tasks
+                .iter()
+                .filter(|task| !task.status.is_terminal())
+                .map(|task| task.task_id),
+        );
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    for id in live {
+        let message = Some("the session ended".to_string());
+        if let Err(error) = store.cancel(id, Some(session), message) {
+            log::debug!("session {session}: task {id} not cancelled: {error}");
         }
     }
 }
@@ -565,10 +608,10 @@ fn open_session(state: &Arc<State>, request: Request, message: Message) {
     }
     let id = TaskId::random().to_string();
     let (outgoing_tx, outgoing) = crossbeam_channel::bounded(1024);
-    let connection = state
-        .server
-        .connect(outgoing_tx, Some(SessionId::new(id.as_str())));
+    let session_id = SessionId::new(id.as_str());
+    let connection = state.server.connect(outgoing_tx, Some(session_id.clone()));
     let session = Arc::new(Session {
+        id: session_id,
         connection: connection.clone(),
         outgoing,
         streaming: AtomicBool::new(false),
@@ -607,10 +650,10 @@ fn delete(state: &State, request: &Request) -> Answer {
             RpcError::invalid_request("Mcp-Session-Id header required"),
         );
     };
-    match state.sessions.lock().remove(id) {
+    let removed = state.sessions.lock().remove(id);
+    match removed {
         Some(session) => {
-            session.ended.close();
-            session.connection.close();
+            end_session(state, &session);
             Answer::empty(200)
         }
         None => Answer::error(404, RpcError::invalid_request("unknown or ended session")),

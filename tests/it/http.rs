@@ -4,22 +4,35 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_task_store::server::{demo, HttpOptions, HttpServer, Server};
+use mcp_task_store::{SessionId, TaskId, TaskStatus, TaskStore};
 use serde_json::{json, Value};
 
+fn options() -> HttpOptions {
+    HttpOptions {
+        max_body_bytes: 64 * 1024,
+        workers: 8,
+        ..HttpOptions::default()
+    }
+}
+
 fn start() -> HttpServer {
+    start_with(options()).0
+}
+
+/// A server with the demo tools, and its store (to look behind a session that ended).
+fn start_with(options: HttpOptions) -> (HttpServer, Arc<dyn TaskStore>) {
     let mut builder = Server::builder();
     for tool in demo::tools() {
         builder = builder.tool(tool);
     }
-    let options = HttpOptions {
-        max_body_bytes: 64 * 1024,
-        workers: 8,
-        ..HttpOptions::default()
-    };
-    HttpServer::bind(builder.build().unwrap(), "127.0.0.1:0", options).unwrap()
+    let server = builder.build().unwrap();
+    let store = server.store();
+    let http = HttpServer::bind(server, "127.0.0.1:0", options).unwrap();
+    (http, store)
 }
 
 struct Reply {
@@ -544,6 +557,14 @@ fn start_long_task(addr: SocketAddr, session: &str) -> String {
         .to_string()
 }
 
+fn status_in_store(store: &dyn TaskStore, session: &str, id: &str) -> TaskStatus {
+    let id: TaskId = id.parse().unwrap();
+    store
+        .get(id, Some(&SessionId::new(session)))
+        .unwrap()
+        .status
+}
+
 #[test]
 fn blocked_tasks_result_calls_hold_no_http_worker() {
     let http = start();
@@ -595,5 +616,30 @@ fn blocked_tasks_result_calls_hold_no_http_worker() {
             .unwrap();
         let answer = read_reply(stream);
         assert_eq!(answer.body["id"], 3, "{}", answer.body);
+    }
+}
+
+#[test]
+fn deleting_a_session_cancels_its_live_tasks() {
+    let (http, store) = start_with(options());
+    let addr = http.local_addr();
+    let session = initialize(addr);
+    let tasks = [
+        start_long_task(addr, &session),
+        start_long_task(addr, &session),
+    ];
+    assert_eq!(
+        status_in_store(store.as_ref(), &session, &tasks[0]),
+        TaskStatus::Working
+    );
+    assert_eq!(
+        send(addr, "DELETE", &[("Mcp-Session-Id", &session)], b"").status,
+        200
+    );
+    for id in &tasks {
+        assert_eq!(
+            status_in_store(store.as_ref(), &session, id),
+            TaskStatus::Cancelled
+        );
     }
 }
