@@ -19,14 +19,18 @@
 //! calls), and each event stream runs on a thread of its own (at most one per session).
 //! Bodies are limited in size, and a browser `Origin` other than loopback is refused (DNS
 //! rebinding).
+//!
+//! 2025-11-25 sessions end on `DELETE` or after [`HttpOptions::session_idle_timeout`] with
+//! no request in progress, no event stream open and no new request; either way the
+//! session's live tasks are cancelled. A failed `initialize` opens no session.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender};
 use parking_lot::Mutex;
@@ -50,6 +54,10 @@ pub struct HttpOptions {
     pub workers: usize,
     /// Most 2025-11-25 sessions open at once (default 1024).
     pub max_sessions: usize,
+    /// A 2025-11-25 session with no request in progress, no open event stream and no
+    /// request for this long is ended as if the client had sent `DELETE` (its live tasks
+    /// are cancelled). Default 30 minutes.
+    pub session_idle_timeout: Duration,
     /// Browser origins allowed besides loopback ones (`http://localhost:*` and so on).
     pub allowed_origins: Vec<String>,
 }
@@ -60,6 +68,7 @@ impl Default for HttpOptions {
             max_body_bytes: 4 * 1024 * 1024,
             workers: 64,
             max_sessions: 1024,
+            session_idle_timeout: Duration::from_secs(30 * 60),
             allowed_origins: Vec::new(),
         }
     }
@@ -116,6 +125,39 @@ struct Session {
     outgoing: Receiver<Value>,
     streaming: AtomicBool,
     ended: Closer,
+    /// Requests in progress and open event streams (each holds an [`Activity`]).
+    active: AtomicUsize,
+    /// When the last [`Activity`] began or ended.
+    last_active: Mutex<Instant>,
+}
+
+impl Session {
+    /// Whether the idle reaper may end it: nothing in progress and quiet for `timeout`.
+    fn idle(&self, now: Instant, timeout: Duration) -> bool {
+        self.active.load(Ordering::Acquire) == 0
+            && now.saturating_duration_since(*self.last_active.lock()) >= timeout
+    }
+}
+
+/// A request in progress (or an open event stream) on a session: while one lives, the
+/// idle reaper leaves the session alone.
+struct Activity(Arc<Session>);
+
+impl Activity {
+    /// Must be called with the sessions map locked, so the reaper cannot end the session
+    /// between the lookup and this.
+    fn begin(session: &Arc<Session>) -> Activity {
+        session.active.fetch_add(1, Ordering::AcqRel);
+        *session.last_active.lock() = Instant::now();
+        Activity(session.clone())
+    }
+}
+
+impl Drop for Activity {
+    fn drop(&mut self) {
+        *self.0.last_active.lock() = Instant::now();
+        self.0.active.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 struct State {
@@ -189,6 +231,12 @@ impl HttpServer {
                     .spawn(move || serve_requests(&http, &state))?,
             );
         }
+        let reaper_state = state.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("mcp-http-reaper".into())
+                .spawn(move || reap_idle_sessions(&reaper_state))?,
+        );
         let events = state
             .server
             .store()
@@ -231,9 +279,9 @@ impl Drop for HttpServer {
             self.http.unblock();
         }
         // The event router ends when the store's event channel closes (the store outlives
-        // us), so only the request workers are joined.
+        // us), so only the request workers and the reaper are joined.
         let workers = self.state.options.workers.max(1);
-        for thread in self.threads.drain(..).take(workers) {
+        for thread in self.threads.drain(..).take(workers + 1) {
             let _ = thread.join();
         }
     }
@@ -259,6 +307,32 @@ fn route_events(state: &State, events: Receiver<StoreEvent>) {
         let target = state.sessions.lock().get(session.as_str()).cloned();
         if let Some(target) = target {
             target.connection.handle_store_event(&event);
+        }
+    }
+}
+
+/// Ends the sessions that have been idle for `session_idle_timeout`, as `DELETE` would.
+fn reap_idle_sessions(state: &State) {
+    let timeout = state.options.session_idle_timeout;
+    let tick = (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    loop {
+        select! {
+            recv(state.stopping.closed()) -> _ => return,
+            default(tick) => {}
+        }
+        let now = Instant::now();
+        let idle: Vec<Arc<Session>> = {
+            let mut sessions = state.sessions.lock();
+            let ids: Vec<String> = sessions
+                .iter()
+                .filter(|(_, session)| session.idle(now, timeout))
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| sessions.remove(id)).collect()
+        };
+        for session in idle {
+            log::info!("HTTP session {} idle: ending it", session.id);
+            end_session(state, &session);
         }
     }
 }
@@ -590,11 +664,12 @@ fn post_session(state: &Arc<State>, request: Request, message: Message) {
             return open_session(state, request, message);
         }
     }
-    let session = match find_session(state, &request) {
-        Ok(session) => session,
+    let (session, activity) = match find_session(state, &request) {
+        Ok(found) => found,
         Err(answer) => return respond(request, answer),
     };
-    dispatch(&session.connection, request, message, |response| {
+    dispatch(&session.connection, request, message, move |response| {
+        drop(activity);
         Answer::json(200, response)
     });
 }
@@ -616,17 +691,32 @@ fn open_session(state: &Arc<State>, request: Request, message: Message) {
         outgoing,
         streaming: AtomicBool::new(false),
         ended: Closer::new(),
+        active: AtomicUsize::new(0),
+        last_active: Mutex::new(Instant::now()),
     });
+    let activity = Activity::begin(&session);
     sessions.insert(id.clone(), session);
     drop(sessions);
-    dispatch(&connection, request, message, move |response| Answer {
-        status: 200,
-        body: Some(response),
-        session: Some(id),
+    let state = state.clone();
+    dispatch(&connection, request, message, move |response| {
+        drop(activity);
+        if response.get("error").is_some() {
+            // A failed initialize opens nothing.
+            let removed = state.sessions.lock().remove(&id);
+            if let Some(session) = removed {
+                end_session(&state, &session);
+            }
+            return Answer::json(200, response);
+        }
+        Answer {
+            status: 200,
+            body: Some(response),
+            session: Some(id),
+        }
     });
 }
 
-fn find_session(state: &State, request: &Request) -> Result<Arc<Session>, Answer> {
+fn find_session(state: &State, request: &Request) -> Result<(Arc<Session>, Activity), Answer> {
     let Some(id) = header(request, "Mcp-Session-Id") else {
         return Err(Answer::error(
             400,
@@ -635,12 +725,14 @@ fn find_session(state: &State, request: &Request) -> Result<Arc<Session>, Answer
             ),
         ));
     };
-    state
-        .sessions
-        .lock()
-        .get(id)
-        .cloned()
-        .ok_or_else(|| Answer::error(404, RpcError::invalid_request("unknown or ended session")))
+    let sessions = state.sessions.lock();
+    match sessions.get(id) {
+        Some(session) => Ok((session.clone(), Activity::begin(session))),
+        None => Err(Answer::error(
+            404,
+            RpcError::invalid_request("unknown or ended session"),
+        )),
+    }
 }
 
 fn delete(state: &State, request: &Request) -> Answer {
@@ -669,8 +761,8 @@ fn get(state: &Arc<State>, request: Request) {
         let error = RpcError::invalid_request("GET /mcp serves text/event-stream only");
         return respond(request, Answer::error(406, error));
     }
-    let session = match find_session(state, &request) {
-        Ok(session) => session,
+    let (session, activity) = match find_session(state, &request) {
+        Ok(found) => found,
         Err(answer) => {
             // Stateless (2026-07-28) clients have no stream to open.
             let answer = if header(&request, "Mcp-Session-Id").is_none() {
@@ -701,6 +793,7 @@ fn get(state: &Arc<State>, request: Request) {
             let mut writer = request.into_writer();
             let _ = stream_events(&mut writer, &stream_session, &stream_state);
             stream_session.streaming.store(false, Ordering::SeqCst);
+            drop(activity);
         });
     if let Err(error) = spawned {
         log::error!("cannot spawn an event stream thread: {error}");

@@ -5,7 +5,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mcp_task_store::server::{demo, HttpOptions, HttpServer, Server};
 use mcp_task_store::{SessionId, TaskId, TaskStatus, TaskStore};
@@ -437,6 +437,28 @@ fn a_session_event_stream_carries_status_notifications() {
     }
 }
 
+/// Starts `sleep` (long) as a 2025-11-25 task in `session` and returns its id.
+fn start_long_task(addr: SocketAddr, session: &str) -> String {
+    let created = post(
+        addr,
+        &[("Mcp-Session-Id", session)],
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "sleep", "arguments": {"ms": 600_000}, "task": {}}}),
+    );
+    created.body["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task in {}", created.body))
+        .to_string()
+}
+
+fn status_in_store(store: &dyn TaskStore, session: &str, id: &str) -> TaskStatus {
+    let id: TaskId = id.parse().unwrap();
+    store
+        .get(id, Some(&SessionId::new(session)))
+        .unwrap()
+        .status
+}
+
 #[test]
 fn the_2026_header_alone_never_reaches_the_2025_handlers() {
     let http = start();
@@ -543,28 +565,6 @@ fn an_unsupported_protocol_version_header_gets_400() {
     }
 }
 
-/// Starts `sleep` (long) as a 2025-11-25 task in `session` and returns its id.
-fn start_long_task(addr: SocketAddr, session: &str) -> String {
-    let created = post(
-        addr,
-        &[("Mcp-Session-Id", session)],
-        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "sleep", "arguments": {"ms": 600_000}, "task": {}}}),
-    );
-    created.body["result"]["task"]["taskId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no task in {}", created.body))
-        .to_string()
-}
-
-fn status_in_store(store: &dyn TaskStore, session: &str, id: &str) -> TaskStatus {
-    let id: TaskId = id.parse().unwrap();
-    store
-        .get(id, Some(&SessionId::new(session)))
-        .unwrap()
-        .status
-}
-
 #[test]
 fn blocked_tasks_result_calls_hold_no_http_worker() {
     let http = start();
@@ -642,4 +642,59 @@ fn deleting_a_session_cancels_its_live_tasks() {
             TaskStatus::Cancelled
         );
     }
+}
+
+#[test]
+fn idle_sessions_are_ended_but_streaming_ones_are_kept() {
+    let (http, store) = start_with(HttpOptions {
+        session_idle_timeout: Duration::from_millis(200),
+        ..options()
+    });
+    let addr = http.local_addr();
+    let (idle, streaming) = (initialize(addr), initialize(addr));
+    let mut stream = write_request(
+        addr,
+        "GET",
+        &[
+            ("Accept", "text/event-stream"),
+            ("Mcp-Session-Id", &streaming),
+        ],
+        b"",
+    );
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut status_line = [0u8; 12];
+    stream.read_exact(&mut status_line).unwrap();
+    assert_eq!(&status_line, b"HTTP/1.1 200");
+    // The idle session's last request comes after the stream opened.
+    let id = start_long_task(addr, &idle);
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status_in_store(store.as_ref(), &idle, &id) != TaskStatus::Cancelled {
+        assert!(Instant::now() < deadline, "the idle session was not ended");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ping = json!({"jsonrpc": "2.0", "id": 9, "method": "ping"});
+    assert_eq!(post(addr, &[("Mcp-Session-Id", &idle)], &ping).status, 404);
+    let kept = post(addr, &[("Mcp-Session-Id", &streaming)], &ping);
+    assert_eq!((kept.status, &kept.body["result"]), (200, &json!({})));
+}
+
+#[test]
+fn a_failed_initialize_opens_no_session() {
+    let (http, _) = start_with(HttpOptions {
+        max_sessions: 1,
+        ..options()
+    });
+    let addr = http.local_addr();
+    let failed = post(
+        addr,
+        &[],
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 5}}),
+    );
+    assert_eq!(failed.code(), -32602);
+    assert!(failed.header("Mcp-Session-Id").is_none());
+    // The only slot is still free.
+    initialize(addr);
 }
