@@ -23,6 +23,20 @@
 //! 2025-11-25 sessions end on `DELETE` or after [`HttpOptions::session_idle_timeout`] with
 //! no request in progress, no event stream open and no new request; either way the
 //! session's live tasks are cancelled. A failed `initialize` opens no session.
+//!
+//! # Limits
+//!
+//! `tiny_http` 0.12 accepts connections itself and reads each on a thread of its own, with
+//! no read or write timeout and no cap on the size of a header line; it offers no way to
+//! set either (`Server::from_listener` takes a listener, not vetted streams, and a
+//! `SO_RCVTIMEO` on the listener, which accepted sockets would inherit, also makes
+//! `accept` time out, which ends tiny_http's accept loop for good). So many idle
+//! connections cost a thread each, an endless header line grows without bound, and a body
+//! that stalls holds a request worker until the client hangs up: `workers` stalled bodies
+//! stall the transport. An answer is written by the thread that produced it, so a client
+//! that stops reading a large answer holds that thread. Serve on loopback (the default),
+//! or put a reverse proxy that enforces header/body timeouts and size limits in front of it
+//! on an untrusted network.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
