@@ -132,6 +132,7 @@ impl ClientError {
     }
 
     /// Maps an I/O error; a broken pipe or a reset means the server went away.
+    #[cfg(feature = "http")]
     pub(crate) fn io(error: std::io::Error) -> ClientError {
         use std::io::ErrorKind::*;
         match error.kind() {

@@ -21,7 +21,7 @@ use super::transport::{Shared, Transport, MAX_SERVER_MESSAGE};
 use super::ClientError;
 use crate::protocol::jsonrpc::{self, Message, RequestId, Response, RpcError};
 use crate::protocol::lines::{read_line, Line};
-use crate::protocol::{sep2663, v2025, Revision};
+use crate::protocol::{header_value, sep2663, v2025, Revision};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -247,41 +247,12 @@ fn header_safe(value: &str) -> bool {
 /// Longest `Mcp-Name` value sent; SEP-2243 has a longer one left out.
 const MAX_NAME_HEADER: usize = 8192;
 
-/// `value` as SEP-2243 carries it in an `Mcp-Name` header: as it is when it is printable
-/// ASCII (0x20-0x7E) without leading or trailing whitespace, else (or when it looks like
-/// the encoded form itself) as `=?base64?{standard Base64 of its UTF-8}?=`. `None` when
-/// that is longer than 8192 bytes: the header is then left out.
+/// `value` as SEP-2243 carries it in an `Mcp-Name` header (see
+/// [`header_value`]); `None` when that is longer than 8192 bytes: the header is then left
+/// out.
 fn name_header(value: &str) -> Option<String> {
-    let printable = value.bytes().all(|b| (0x20..=0x7e).contains(&b));
-    let padded = value.starts_with(' ') || value.ends_with(' ');
-    let looks_encoded = value.starts_with("=?base64?") && value.ends_with("?=");
-    let plain = printable && !padded && !looks_encoded;
-    let header = if plain {
-        value.to_owned()
-    } else {
-        format!("=?base64?{}?=", base64(value.as_bytes()))
-    };
+    let header = header_value::encode(value);
     (header.len() <= MAX_NAME_HEADER).then_some(header)
-}
-
-/// Standard Base64 (RFC 4648 section 4, with padding).
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let bits = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |bits, (i, &b)| bits | u32::from(b) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(bits >> (18 - 6 * i)) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 /// Sends one request and reads the response head.
@@ -1299,11 +1270,6 @@ mod tests {
         assert_eq!(header("tab\t"), "=?base64?dGFiCQ==?=");
         assert_eq!(header("=?base64?x?="), "=?base64?PT9iYXNlNjQ/eD89?=");
         assert_eq!(header("a\0"), "=?base64?YQA=?=");
-        assert_eq!(base64(b""), "");
-        assert_eq!(base64(b"f"), "Zg==");
-        assert_eq!(base64(b"fo"), "Zm8=");
-        assert_eq!(base64(b"foo"), "Zm9v");
-        assert_eq!(base64(&[0xfb, 0xff]), "+/8=");
         assert!(name_header(&"x".repeat(MAX_NAME_HEADER)).is_some());
         assert!(name_header(&"x".repeat(MAX_NAME_HEADER + 1)).is_none());
         assert!(name_header(&"é".repeat(4000)).is_none());
@@ -1354,7 +1320,7 @@ mod tests {
         assert_eq!(call.body["params"]["name"], name);
         assert_eq!(
             call.header("Mcp-Name"),
-            Some(format!("=?base64?{}?=", base64(name.as_bytes())).as_str())
+            Some(header_value::encode(name).as_str())
         );
         assert_eq!(call.header("Mcp-Method"), Some("tools/call"));
         assert_eq!(seen.len(), 2, "the refused request never went out");

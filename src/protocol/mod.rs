@@ -3,6 +3,8 @@
 //! [`TaskStore`] trait object, so any backend can serve MCP.
 
 mod errors;
+#[cfg(feature = "http")]
+pub(crate) mod header_value;
 pub mod jsonrpc;
 pub(crate) mod lines;
 pub mod meta;

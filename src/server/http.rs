@@ -54,7 +54,7 @@ use tiny_http::{Header, Method, Request, Response, StatusCode};
 use super::{Connection, Server, SUPPORTED_VERSIONS};
 use crate::model::{SessionId, StoreEvent, TaskId};
 use crate::protocol::jsonrpc::{self, Message, RpcError};
-use crate::protocol::{sep2663, RequestMeta, Revision};
+use crate::protocol::{header_value, sep2663, RequestMeta, Revision};
 use crate::TaskStore;
 
 /// Settings of the HTTP transport.
@@ -663,8 +663,9 @@ fn check_routing_headers(
         _ => return Ok(()),
     };
     let named = named.and_then(Value::as_str).unwrap_or("");
+    // A name that cannot ride in a header as it is arrives encoded (SEP-2243).
     match header(request, "Mcp-Name") {
-        Some(value) if value == named => Ok(()),
+        Some(value) if header_value::decode(value).as_deref() == Some(named) => Ok(()),
         Some(value) => Err(mismatch(format!(
             "Mcp-Name header '{value}' does not match '{named}'"
         ))),

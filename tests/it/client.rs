@@ -632,3 +632,30 @@ fn client_refuses_an_oversized_server_message_with_a_clear_error() {
     assert!(error.to_string().contains("larger than"), "{error}");
     assert!(started.elapsed() < Duration::from_secs(30), "no hang");
 }
+
+#[cfg(feature = "http")]
+#[test]
+fn a_tool_whose_name_needs_encoding_in_a_header_is_called_over_http() {
+    use mcp_task_store::server::{text_result, HttpOptions, HttpServer, Server, TaskSupport, Tool};
+    let name = "météo du jour";
+    let tool = Tool::new(
+        name,
+        "Answers with a fixed forecast",
+        json!({"type": "object"}),
+        TaskSupport::Forbidden,
+        |_, _| Ok(text_result("sunny")),
+    );
+    let server = Server::builder().tool(tool).build().unwrap();
+    let http = HttpServer::bind(server, "127.0.0.1:0", HttpOptions::default()).unwrap();
+    let url = format!("http://{}/mcp", http.local_addr());
+    for revision in [Revision::V2025, Revision::Sep2663] {
+        // SEP-2663 sends the name in `Mcp-Name`, as `=?base64?...?=` since it is not ASCII;
+        // the server decodes it before comparing it with the body.
+        let client = Client::builder()
+            .revision(revision)
+            .connect_http(&url)
+            .unwrap();
+        let result = client.call_tool(name, json!({})).unwrap();
+        assert_eq!(text(&result), "sunny", "{revision:?}");
+    }
+}
