@@ -3,6 +3,8 @@
 
 use serde_json::Value;
 
+use super::sep2663;
+
 /// `_meta` key carrying the request's protocol version.
 pub const PROTOCOL_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 /// `_meta` key carrying the client's capabilities for this request.
@@ -57,12 +59,21 @@ impl RequestMeta {
         }
     }
 
-    /// The revision a request speaks: SEP-2663 when it names a 2026 protocol version in its
-    /// `_meta`, otherwise 2025-11-25 (whatever the connection negotiated at `initialize`).
+    /// The revision a request speaks: SEP-2663 when its `_meta` names protocol 2026-07-28,
+    /// otherwise 2025-11-25 (whatever the connection negotiated at `initialize`). A server
+    /// refuses a version it does not know before asking this.
     pub fn revision(&self) -> Revision {
         match &self.protocol_version {
-            Some(version) if version.as_str() >= "2026" => Revision::Sep2663,
+            Some(version) if version == sep2663::PROTOCOL_VERSION => Revision::Sep2663,
             _ => Revision::V2025,
         }
+    }
+
+    /// Whether a message with this `_meta` and `method` is served as SEP-2663: a request
+    /// that speaks it, or `server/discover` (how a client finds the versions). The one rule
+    /// for both the connection's choice of handlers and the HTTP transport's choice of
+    /// connection.
+    pub fn speaks_sep2663(&self, method: &str) -> bool {
+        method == "server/discover" || self.revision() == Revision::Sep2663
     }
 }

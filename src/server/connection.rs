@@ -28,6 +28,24 @@ pub type Responder = Box<dyn FnOnce(Value) + Send>;
 /// Protocol versions this server accepts at `initialize`, newest first.
 pub const SUPPORTED_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
+/// Whether a protocol version a request names (in `_meta`, or the HTTP
+/// `MCP-Protocol-Version` header) is one this server speaks: 2026-07-28 (SEP-2663) or one
+/// `initialize` accepts.
+pub(crate) fn supported_version(version: &str) -> bool {
+    version == sep2663::PROTOCOL_VERSION || SUPPORTED_VERSIONS.contains(&version)
+}
+
+/// The -32600 a request naming a version this server does not speak gets, listing those
+/// it does.
+pub(crate) fn unsupported_version(version: &str) -> RpcError {
+    let mut supported = vec![sep2663::PROTOCOL_VERSION];
+    supported.extend_from_slice(SUPPORTED_VERSIONS);
+    RpcError::invalid_request(format!(
+        "unsupported protocol version '{version}' (supported: {})",
+        supported.join(", ")
+    ))
+}
+
 /// Most `tasks/result` calls one connection may have blocked at once.
 const MAX_BLOCKED_RESULTS: usize = 256;
 
@@ -171,7 +189,12 @@ impl Connection {
             })
         });
         let meta = RequestMeta::of(params.as_ref());
-        if method == "server/discover" || meta.revision() == Revision::Sep2663 {
+        if let Some(version) = meta.protocol_version.as_deref() {
+            if !supported_version(version) {
+                return reply.send(Err(unsupported_version(version)));
+            }
+        }
+        if meta.speaks_sep2663(&method) {
             return self.handle_sep2663(&method, params, meta, request_id, reply);
         }
         let tasks = self.tasks_negotiated.load(Ordering::Acquire);

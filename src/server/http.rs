@@ -51,10 +51,11 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tiny_http::{Header, Method, Request, Response, StatusCode};
 
-use super::{Connection, Server, SUPPORTED_VERSIONS};
+use super::connection::{supported_version, unsupported_version};
+use super::{Connection, Server};
 use crate::model::{SessionId, StoreEvent, TaskId};
 use crate::protocol::jsonrpc::{self, Message, RpcError};
-use crate::protocol::{header_value, sep2663, RequestMeta, Revision};
+use crate::protocol::{header_value, sep2663, RequestMeta};
 use crate::TaskStore;
 
 /// Settings of the HTTP transport.
@@ -400,21 +401,6 @@ fn header<'a>(request: &'a Request, name: &'static str) -> Option<&'a str> {
         .map(|h| h.value.as_str())
 }
 
-/// Whether a protocol version (from the `MCP-Protocol-Version` header or `_meta`) is one
-/// this server speaks.
-fn supported_version(version: &str) -> bool {
-    version == sep2663::PROTOCOL_VERSION || SUPPORTED_VERSIONS.contains(&version)
-}
-
-fn unsupported_version(version: &str) -> RpcError {
-    let mut supported = vec![sep2663::PROTOCOL_VERSION];
-    supported.extend_from_slice(SUPPORTED_VERSIONS);
-    RpcError::invalid_request(format!(
-        "unsupported protocol version '{version}' (supported: {})",
-        supported.join(", ")
-    ))
-}
-
 fn handle(state: &Arc<State>, request: Request) {
     let path = request.url().split('?').next().unwrap_or("");
     let answer = if path != "/mcp" {
@@ -516,14 +502,6 @@ fn read_body(state: &State, request: &mut Request) -> Result<String, Answer> {
     })
 }
 
-/// Whether a message speaks 2026-07-28 (SEP-2663) by its body. This must be the very test
-/// [`Connection`] uses to pick a request's handlers (`server/discover`, or a 2026 protocol
-/// version in `_meta`): the transport only lets such messages reach the shared stateless
-/// connection, so no 2025-11-25 handler ever runs there.
-fn speaks_sep2663(method: Option<&str>, params: Option<&Value>) -> bool {
-    method == Some("server/discover") || RequestMeta::of(params).revision() == Revision::Sep2663
-}
-
 fn post(state: &Arc<State>, mut request: Request) {
     let body = match read_body(state, &mut request) {
         Ok(body) => body,
@@ -553,7 +531,9 @@ fn post(state: &Arc<State>, mut request: Request) {
     }
     let header_version = header(&request, "MCP-Protocol-Version");
     let by_header = header_version == Some(sep2663::PROTOCOL_VERSION);
-    let by_body = speaks_sep2663(method, params);
+    // The connection's own rule, so no 2025-11-25 handler ever runs on the shared
+    // stateless connection.
+    let by_body = method.is_some_and(|m| RequestMeta::of(params).speaks_sep2663(m));
     if by_header || by_body {
         // A body that names its version in `_meta` while the header names another one is
         // a header mismatch; `server/discover` is how versions are found, so it fits any.

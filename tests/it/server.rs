@@ -1071,3 +1071,28 @@ fn closing_the_connection_stops_its_plain_calls() {
     let answer = answers.recv_timeout(WAIT).expect("the call stops");
     assert!(answer.get("error").is_some(), "{answer}");
 }
+
+#[test]
+fn a_request_naming_a_protocol_version_the_server_does_not_speak_is_refused() {
+    let mut h = Harness::new();
+    for version in ["abc", "2099-01-01", "2026-01-01"] {
+        let params = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": version}});
+        let response = h.request("tools/list", params);
+        assert_eq!(response["error"]["code"], -32600, "{version}: {response}");
+        assert!(response["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("2026-07-28"));
+    }
+    // The versions it speaks are served, each in its revision.
+    let sep2663 = h.result(
+        "tools/list",
+        json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
+    );
+    assert_eq!(sep2663["resultType"], "complete");
+    let v2025 = h.result(
+        "tools/list",
+        json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2025-11-25"}}),
+    );
+    assert!(v2025.get("resultType").is_none());
+}
