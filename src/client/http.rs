@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -443,6 +444,32 @@ fn read_events(body: &mut dyn BufRead, mut on_data: impl FnMut(&str) -> bool) ->
     }
 }
 
+/// The first JSON-RPC response a POST's answer carries, as a JSON body or in its event
+/// stream (for an exchange the client runs itself, outside the request table).
+fn read_response(response: HttpResponse) -> io::Result<Response> {
+    let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+    if response.is_event_stream() {
+        response.wait_for_events()?;
+        let mut body = response.body;
+        let mut found = None;
+        read_events(&mut body, |data| {
+            if let Ok(Message::Response(r)) = jsonrpc::parse_message(data) {
+                found = Some(r);
+            }
+            found.is_none()
+        })?;
+        return found.ok_or_else(|| invalid("the event stream ended without a response".into()));
+    }
+    let status = response.status;
+    let text = response.text()?;
+    match jsonrpc::parse_message(&text) {
+        Ok(Message::Response(r)) => Ok(r),
+        _ => Err(invalid(format!(
+            "HTTP {status} without a JSON-RPC response: {text}"
+        ))),
+    }
+}
+
 struct Inner {
     endpoint: Endpoint,
     revision: Revision,
@@ -454,6 +481,12 @@ struct Inner {
     open: Arc<OpenConnections>,
     /// See [`IDLE_TIMEOUT`]; shorter in tests.
     idle: Duration,
+    /// The `initialize` request this client sent: repeated to start a new session when the
+    /// server has forgotten this one (2025-11-25).
+    initialize: Mutex<Option<Value>>,
+    /// Held while a new session starts, so that requests meeting the same forgotten
+    /// session renew it once.
+    renewing: Mutex<()>,
 }
 
 /// Streamable HTTP: every message is a POST; 2026-07-28 requests carry the routing headers;
@@ -479,6 +512,8 @@ impl HttpTransport {
                 negotiated: Mutex::new(None),
                 open: Arc::default(),
                 idle: IDLE_TIMEOUT.max(request_timeout),
+                initialize: Mutex::new(None),
+                renewing: Mutex::new(()),
             }),
         })
     }
@@ -593,14 +628,82 @@ impl Inner {
     }
 
     /// POSTs request `id` and delivers its answer (or why there is none).
-    fn request(&self, id: &RequestId, message: &Value) {
+    fn request(self: &Arc<Self>, id: &RequestId, message: &Value) {
         let initialize = message.get("method").and_then(Value::as_str) == Some("initialize");
+        if initialize {
+            *self.initialize.lock() = Some(message.clone());
+        }
         let outcome = self
-            .post(message)
+            .post_in_session(message)
             .and_then(|response| self.answer(id, initialize, response));
         if let Err(error) = outcome {
             self.shared.complete(id, Err(error));
         }
+    }
+
+    /// POSTs `message`. A 404 to the session it carried means the server no longer knows
+    /// that session (it restarted, or ended an idle one): as 2025-11-25 requires, the
+    /// client then starts a new session with a new `initialize` and sends `message` once
+    /// more, in the new session. (Tasks of the old session are gone with it.)
+    fn post_in_session(self: &Arc<Self>, message: &Value) -> Result<HttpResponse, ClientError> {
+        let carried = self.session.lock().clone();
+        let response = self.post(message)?;
+        let method = message.get("method").and_then(Value::as_str);
+        let forgotten = response.status == 404
+            && self.revision == Revision::V2025
+            && method != Some("initialize");
+        match carried {
+            Some(stale) if forgotten => {
+                drop(response);
+                self.renew_session(&stale)?;
+                self.post(message)
+            }
+            _ => Ok(response),
+        }
+    }
+
+    /// Starts a new session in place of `stale`, unless another request already did.
+    fn renew_session(self: &Arc<Self>, stale: &str) -> Result<(), ClientError> {
+        let _one_at_a_time = self.renewing.lock();
+        if self.session.lock().as_deref() != Some(stale) {
+            return Ok(());
+        }
+        let Some(mut initialize) = self.initialize.lock().clone() else {
+            return Err(ClientError::Protocol(
+                "the server forgot the session before it was initialized".into(),
+            ));
+        };
+        static RENEWALS: AtomicUsize = AtomicUsize::new(0);
+        let n = RENEWALS.fetch_add(1, Ordering::Relaxed);
+        initialize["id"] = Value::String(format!("session-renewal-{n}"));
+        *self.session.lock() = None;
+        let answer = read_response(self.post(&initialize)?).map_err(|e| self.io_error(e))?;
+        self.note_version(&answer);
+        if let Err(error) = answer.outcome {
+            return Err(ClientError::Rpc(error));
+        }
+        let Some(session) = self.session.lock().clone() else {
+            return Err(ClientError::Protocol(
+                "the server answered a new initialize without a session".into(),
+            ));
+        };
+        let initialized = jsonrpc::notification("notifications/initialized", serde_json::json!({}));
+        let response = self.post(&initialized)?;
+        if !(200..300).contains(&response.status) {
+            let status = response.status;
+            let body = response.text().unwrap_or_default();
+            return Err(ClientError::Http { status, body });
+        }
+        log::info!("mcp client: the server forgot session {stale}; continuing in {session}");
+        // The forgotten session's event stream is gone with it.
+        let inner = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("mcp-client-events".into())
+            .spawn(move || inner.event_stream());
+        if let Err(error) = spawned {
+            log::warn!("mcp client: cannot start the event stream reader: {error}");
+        }
+        Ok(())
     }
 
     /// Reads the answer to request `id` from `response`, routing everything else it
@@ -741,7 +844,7 @@ impl Transport for HttpTransport {
     }
 
     fn send(&self, message: Value) -> Result<(), ClientError> {
-        let response = self.inner.post(&message)?;
+        let response = self.inner.post_in_session(&message)?;
         let status = response.status;
         let text = response.text().map_err(|e| self.inner.io_error(e))?;
         if (200..300).contains(&status) {
@@ -790,7 +893,6 @@ impl Transport for HttpTransport {
 #[cfg(test)]
 mod tests {
     use std::net::TcpListener;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use crossbeam_channel::{Receiver, Sender};
     use serde_json::json;
@@ -1152,6 +1254,77 @@ mod tests {
     }
 
     const EVENT_STREAM: &str = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n";
+
+    #[test]
+    fn a_forgotten_session_is_renewed_and_the_request_sent_again() {
+        // The server "restarts" after the first ping: it forgets session s1 (404) and the
+        // next initialize opens s2.
+        let sessions = Arc::new(AtomicUsize::new(0));
+        let opened = sessions.clone();
+        let server = fake_server(move |request| {
+            let id = &request.body["id"];
+            let session = request.header("Mcp-Session-Id").map(str::to_owned);
+            match (request.method(), request.rpc_method()) {
+                ("GET", _) => Some(empty_reply("405 Method Not Allowed")),
+                ("DELETE", _) => Some(empty_reply("200 OK")),
+                (_, Some("initialize")) => {
+                    let n = opened.fetch_add(1, Ordering::SeqCst) + 1;
+                    Some(json_reply(
+                        "200 OK",
+                        &json!({"jsonrpc": "2.0", "id": id, "result": {
+                            "protocolVersion": v2025::PROTOCOL_VERSION,
+                            "capabilities": {},
+                            "serverInfo": {"name": "fake", "version": "0"},
+                        }}),
+                        &format!("Mcp-Session-Id: s{n}\r\n"),
+                    ))
+                }
+                _ if session.as_deref() != Some("s2")
+                    && opened.load(Ordering::SeqCst) == 1
+                    && request.rpc_method() == Some("ping")
+                    && request.body["params"]["second"] == true =>
+                {
+                    Some(json_reply(
+                        "404 Not Found",
+                        &json!({"jsonrpc": "2.0", "id": null,
+                                "error": {"code": -32001, "message": "session not found"}}),
+                        "",
+                    ))
+                }
+                (_, Some("notifications/initialized")) => Some(empty_reply("202 Accepted")),
+                _ => Some(json_reply(
+                    "200 OK",
+                    &json!({"jsonrpc": "2.0", "id": id, "result": {"session": session}}),
+                    "",
+                )),
+            }
+        });
+        let client = Client::builder().connect_http(&server.url).unwrap();
+        let first = client.request("ping", json!({})).unwrap();
+        assert_eq!(first["session"], "s1");
+        let second = client.request("ping", json!({"second": true})).unwrap();
+        assert_eq!(second["session"], "s2", "sent again in the new session");
+        assert_eq!(sessions.load(Ordering::SeqCst), 2);
+        let third = client.request("ping", json!({})).unwrap();
+        assert_eq!(third["session"], "s2");
+        drop(client);
+        let seen: Vec<Seen> = server.seen.try_iter().collect();
+        let renewal = seen
+            .iter()
+            .filter(|r| r.rpc_method() == Some("initialize"))
+            .nth(1)
+            .expect("a second initialize");
+        assert_eq!(renewal.header("Mcp-Session-Id"), None);
+        let initialized: Vec<_> = seen
+            .iter()
+            .filter(|r| r.rpc_method() == Some("notifications/initialized"))
+            .map(|r| r.header("Mcp-Session-Id").map(str::to_owned))
+            .collect();
+        assert_eq!(
+            initialized,
+            vec![Some("s1".to_owned()), Some("s2".to_owned())]
+        );
+    }
 
     #[test]
     fn dropping_the_client_ends_the_event_stream_and_does_not_wait_long_for_the_delete() {
