@@ -25,6 +25,8 @@ cargo fmt --all -- --check
 
 step "cargo clippy (all targets, all features, warnings are errors)"
 cargo clippy --all-targets --all-features -- -D warnings
+step "cargo clippy (library without default features: feature gates leave no dead code)"
+cargo clippy --lib --no-default-features -- -D warnings
 
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --quiet
