@@ -431,3 +431,35 @@ fn sigkill_at_random_moments_never_loses_an_acknowledged_operation() {
         model.acks
     );
 }
+
+#[test]
+fn a_store_reopens_its_directory_while_other_threads_start_processes() {
+    // A child process shares the directory's lock from its fork until its exec; reopening
+    // right after a drop must wait that moment out rather than call the directory in use.
+    let dir = tempfile::tempdir().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spawner = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = Command::new("true").stdout(Stdio::null()).status();
+            }
+        })
+    };
+    let mut failures = Vec::new();
+    for _ in 0..200 {
+        let config = journal(dir.path(), RecoveryPolicy::Keep);
+        match Store::builder().journal(config).build() {
+            Ok(store) => drop(store),
+            Err(error) => failures.push(error.to_string()),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    spawner.join().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} reopens failed: {:?}",
+        failures.len(),
+        failures.first()
+    );
+}

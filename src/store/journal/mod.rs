@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -272,15 +273,29 @@ fn lock_dir(dir: &Path) -> Result<File, StoreError> {
         .write(true)
         .open(&path)
         .map_err(|e| io_error(&path, "cannot open", e))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(TryLockError::WouldBlock) => Err(StoreError::Journal(format!(
-            "{} is in use by another store (its LOCK file is held)",
-            dir.display()
-        ))),
-        Err(TryLockError::Error(e)) => Err(io_error(&path, "cannot lock", e)),
+    // A child process this one starts shares the lock (through its copy of the file)
+    // from its fork until its exec, so a lock this process just let go of may still be
+    // held for a moment: try again for a while before calling the directory in use.
+    let deadline = Instant::now() + LOCK_PATIENCE;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(TryLockError::WouldBlock) => {
+                return Err(StoreError::Journal(format!(
+                    "{} is in use by another store (its LOCK file is held)",
+                    dir.display()
+                )))
+            }
+            Err(TryLockError::Error(e)) => return Err(io_error(&path, "cannot lock", e)),
+        }
     }
 }
+
+/// How long a store waits for the directory's lock before calling it in use.
+const LOCK_PATIENCE: Duration = Duration::from_secs(1);
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
