@@ -551,12 +551,14 @@ impl Inner {
             Revision::V2025 => {
                 // Every message after `initialize` carries the version, from
                 // `notifications/initialized` on (the 2025-11-25 transport rules).
+                // `initialize` starts a session, so it never carries one (not even when
+                // it starts a new session in place of a forgotten one).
                 let method = message.get("method").and_then(Value::as_str);
                 if method != Some("initialize") {
                     headers.push(("MCP-Protocol-Version", self.version()));
-                }
-                if let Some(session) = self.session.lock().clone() {
-                    headers.push(("Mcp-Session-Id", session));
+                    if let Some(session) = self.session.lock().clone() {
+                        headers.push(("Mcp-Session-Id", session));
+                    }
                 }
             }
         }
@@ -676,17 +678,22 @@ impl Inner {
         static RENEWALS: AtomicUsize = AtomicUsize::new(0);
         let n = RENEWALS.fetch_add(1, Ordering::Relaxed);
         initialize["id"] = Value::String(format!("session-renewal-{n}"));
-        *self.session.lock() = None;
-        let answer = read_response(self.post(&initialize)?).map_err(|e| self.io_error(e))?;
+        // The forgotten session stays current until the new one exists: requests sent
+        // meanwhile meet the same 404 and wait here for the renewal, rather than going
+        // out without a session.
+        let response = self.post(&initialize)?;
+        let session = response.header("Mcp-Session-Id").map(str::to_owned);
+        let answer = read_response(response).map_err(|e| self.io_error(e))?;
         self.note_version(&answer);
         if let Err(error) = answer.outcome {
             return Err(ClientError::Rpc(error));
         }
-        let Some(session) = self.session.lock().clone() else {
+        let Some(session) = session.filter(|s| header_safe(s)) else {
             return Err(ClientError::Protocol(
                 "the server answered a new initialize without a session".into(),
             ));
         };
+        *self.session.lock() = Some(session.clone());
         let initialized = jsonrpc::notification("notifications/initialized", serde_json::json!({}));
         let response = self.post(&initialized)?;
         if !(200..300).contains(&response.status) {
@@ -1324,6 +1331,67 @@ mod tests {
             initialized,
             vec![Some("s1".to_owned()), Some("s2".to_owned())]
         );
+    }
+
+    #[test]
+    fn requests_racing_a_session_renewal_all_land_in_the_new_session() {
+        // After `forget` the server knows no session; the next initialize opens s2. A
+        // request without a session gets 400, one with a forgotten session 404.
+        let opened = Arc::new(AtomicUsize::new(0));
+        let forgotten = Arc::new(AtomicUsize::new(0));
+        let (opens, forgets) = (opened.clone(), forgotten.clone());
+        let server = fake_server(move |request| {
+            let id = &request.body["id"];
+            let session = request.header("Mcp-Session-Id");
+            let live = format!("s{}", opens.load(Ordering::SeqCst));
+            let known = session == Some(live.as_str())
+                && opens.load(Ordering::SeqCst) > forgets.load(Ordering::SeqCst);
+            match (request.method(), request.rpc_method()) {
+                ("GET", _) => Some(empty_reply("405 Method Not Allowed")),
+                ("DELETE", _) => Some(empty_reply("200 OK")),
+                (_, Some("initialize")) => {
+                    let n = opens.fetch_add(1, Ordering::SeqCst) + 1;
+                    // A renewal takes a while, so other requests meet the 404 meanwhile.
+                    std::thread::sleep(Duration::from_millis(if n > 1 { 100 } else { 0 }));
+                    Some(json_reply(
+                        "200 OK",
+                        &json!({"jsonrpc": "2.0", "id": id, "result": {
+                            "protocolVersion": v2025::PROTOCOL_VERSION,
+                            "capabilities": {},
+                            "serverInfo": {"name": "fake", "version": "0"},
+                        }}),
+                        &format!("Mcp-Session-Id: s{n}\r\n"),
+                    ))
+                }
+                _ if session.is_none() => Some(empty_reply("400 Bad Request")),
+                _ if !known => Some(empty_reply("404 Not Found")),
+                (_, Some("notifications/initialized")) => Some(empty_reply("202 Accepted")),
+                _ => Some(json_reply(
+                    "200 OK",
+                    &json!({"jsonrpc": "2.0", "id": id, "result": {"session": session}}),
+                    "",
+                )),
+            }
+        });
+        let client = Client::builder().connect_http(&server.url).unwrap();
+        assert_eq!(client.request("ping", json!({})).unwrap()["session"], "s1");
+        forgotten.store(1, Ordering::SeqCst); // the server restarts
+        let callers: Vec<_> = (0..8)
+            .map(|_| {
+                let client = client.clone();
+                std::thread::spawn(move || {
+                    (0..5)
+                        .map(|_| client.request("ping", json!({})))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for caller in callers {
+            for outcome in caller.join().unwrap() {
+                assert_eq!(outcome.unwrap()["session"], "s2");
+            }
+        }
+        assert_eq!(opened.load(Ordering::SeqCst), 2, "renewed once");
     }
 
     #[test]

@@ -565,6 +565,16 @@ impl Client {
         deadline: Option<Instant>,
     ) -> Result<Option<Value>, ClientError> {
         let call = self.start(method, params)?;
+        self.wait_within(call, method, deadline)
+    }
+
+    /// Waits for a request already sent, as [`ask`](Self::ask) does.
+    fn wait_within(
+        &self,
+        call: InFlight,
+        method: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Value>, ClientError> {
         let timeout = self.inner.config.request_timeout;
         let timeout_at = Instant::now().checked_add(timeout);
         let by = match (deadline, timeout_at) {
@@ -876,11 +886,12 @@ impl Client {
             follow.polls += 1;
             follow.report(&task);
             if task.status.is_terminal() {
-                // The held tasks/result answers now; wait for it (bounded by the deadline).
-                let outcome = match self.wait(result, follow.deadline_at()) {
-                    Ok(value) => Ok(value),
-                    Err(Some(error)) => Err(error),
-                    Err(None) => return Err(self.abandon(&id, follow.deadline_error(Some(&id)))),
+                // The held tasks/result answers now: wait for it, but no longer than a
+                // request may take (and not past the deadline).
+                let outcome = match self.wait_within(result, "tasks/result", follow.deadline_at()) {
+                    Ok(Some(value)) => Ok(value),
+                    Ok(None) => return Err(self.abandon(&id, follow.deadline_error(Some(&id)))),
+                    Err(error) => Err(error),
                 };
                 return self.finish_2025(task, outcome, follow);
             }

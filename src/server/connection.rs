@@ -415,7 +415,10 @@ impl Connection {
         }
     }
 
-    /// Creates the call's task and takes its cancellation token.
+    /// Creates the call's task and takes its cancellation token. On a connection closed
+    /// meanwhile the task is cancelled at once: whoever closed it (an HTTP `DELETE`, say)
+    /// may have cancelled the session's tasks before this one existed, and nobody could
+    /// reach it to cancel it later.
     fn create_task(&self, run: &Run, ttl: Option<u64>) -> Result<(Task, CancelToken), RpcError> {
         let store = &self.core.store;
         let mut create = CreateTask::new().origin(run.origin.clone());
@@ -425,6 +428,10 @@ impl Connection {
         let token = store
             .cancel_token(task.task_id, self.session.as_ref())
             .map_err(|e| rpc_error(&e))?;
+        if self.closed.load(Ordering::SeqCst) {
+            let why = Some("the connection closed".to_owned());
+            let _ = store.cancel(task.task_id, self.session.as_ref(), why);
+        }
         Ok((task, token))
     }
 
@@ -465,6 +472,11 @@ impl Connection {
                 .insert(request.clone(), binding.clone());
             (request, binding.clone())
         });
+        // `close` sets its flag before it cancels the registered runs: a run registered
+        // after that sees the flag here.
+        if registered.is_some() && self.closed.load(Ordering::SeqCst) {
+            binding.cancel_inline();
+        }
         let connection = self.clone();
         let submitted = self.core.pool.submit(move || {
             let context = connection.context(binding.clone(), &run);

@@ -174,7 +174,8 @@ fn a_request_that_times_out_is_forgotten_and_the_connection_goes_on() {
         "ping" => Act::Answer(json!({"second": true})),
         _ => Act::Ignore,
     });
-    let builder = Client::builder().request_timeout(Duration::from_millis(200));
+    // Long enough for the handshake to get through on a busy machine.
+    let builder = Client::builder().request_timeout(Duration::from_secs(1));
     let client = connect(builder, stream).unwrap();
     let error = client.request("ping", json!({})).unwrap_err();
     assert!(
@@ -279,7 +280,7 @@ fn a_server_that_stops_reading_neither_blocks_a_request_past_its_timeout_nor_the
         .unwrap();
         (lines, out)
     });
-    let builder = Client::builder().request_timeout(Duration::from_millis(300));
+    let builder = Client::builder().request_timeout(Duration::from_secs(1));
     let client = connect(builder, ours).unwrap();
     let _deaf = server.join().unwrap();
     // Far more than the socket buffers hold: the writes block for good.
@@ -302,4 +303,22 @@ fn a_server_that_stops_reading_neither_blocks_a_request_past_its_timeout_nor_the
         assert!(matches!(error, ClientError::Timeout { .. }), "{error}");
     }
     assert!(dropping < Duration::from_secs(5));
+}
+
+#[test]
+fn a_held_tasks_result_that_never_comes_after_the_task_ended_times_out() {
+    let (stream, _) = scripted(|method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        "tools/list" => tool_list("required"),
+        "tools/call" => Act::Answer(json!({"task": task("working")})),
+        "tasks/get" => Act::Answer(task("completed")),
+        _ => Act::Ignore, // tasks/result
+    });
+    let builder = Client::builder().request_timeout(Duration::from_secs(1));
+    let client = connect(builder, stream).unwrap();
+    let error = client.call_tool("work", json!({})).unwrap_err();
+    assert!(
+        matches!(&error, ClientError::Timeout { method, .. } if method == "tasks/result"),
+        "{error}"
+    );
 }

@@ -647,7 +647,8 @@ fn deleting_a_session_cancels_its_live_tasks() {
 #[test]
 fn idle_sessions_are_ended_but_streaming_ones_are_kept() {
     let (http, store) = start_with(HttpOptions {
-        session_idle_timeout: Duration::from_millis(200),
+        // Long enough for the steps before the wait below, even on a busy machine.
+        session_idle_timeout: Duration::from_secs(1),
         ..options()
     });
     let addr = http.local_addr();

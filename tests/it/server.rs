@@ -129,12 +129,26 @@ impl Harness {
     }
 
     fn start(&mut self, tool: &str, arguments: Value) -> String {
+        let created = self.create(tool, arguments);
+        assert_eq!(created["status"], "working", "{created}");
+        created["taskId"].as_str().unwrap().to_string()
+    }
+
+    /// Starts a task as [`start`](Self::start) does, whatever status it is created in.
+    fn start_any(&mut self, tool: &str, arguments: Value) -> String {
+        self.create(tool, arguments)["taskId"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// The task a task-augmented `tools/call` created.
+    fn create(&mut self, tool: &str, arguments: Value) -> Value {
         let created = self.result(
             "tools/call",
             json!({"name": tool, "arguments": arguments, "task": {"ttl": 60000}}),
         );
-        assert_eq!(created["task"]["status"], "working", "{created}");
-        created["task"]["taskId"].as_str().unwrap().to_string()
+        created["task"].clone()
     }
 
     /// Feeds the store's events to the connection, as the stdio transport does.
@@ -1095,4 +1109,29 @@ fn a_request_naming_a_protocol_version_the_server_does_not_speak_is_refused() {
         json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2025-11-25"}}),
     );
     assert!(v2025.get("resultType").is_none());
+}
+
+#[test]
+fn work_a_closed_connection_starts_is_cancelled_at_once() {
+    // A call can reach the connection after its transport closed it (an HTTP DELETE that
+    // overtakes a request under way): nobody could cancel what it starts later.
+    let mut h = Harness::new();
+    h.initialize(json!({}));
+    h.connection.close();
+    let id = h.start_any("sleep", json!({"ms": 600_000}));
+    assert_eq!(
+        h.result("tasks/get", json!({"taskId": id}))["status"],
+        "cancelled"
+    );
+    let (answers_tx, answers) = crossbeam_channel::unbounded();
+    h.connection.handle_text(
+        &json!({"jsonrpc": "2.0", "id": "plain", "method": "tools/call",
+                "params": {"name": "sleep", "arguments": {"ms": 600_000}}})
+        .to_string(),
+        Box::new(move |v| answers_tx.send(v).unwrap()),
+    );
+    let answer = answers
+        .recv_timeout(WAIT)
+        .expect("the plain call stops at once");
+    assert!(answer.get("error").is_some(), "{answer}");
 }
