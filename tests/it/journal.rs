@@ -239,58 +239,50 @@ fn a_zero_filled_tail_is_dropped_and_every_acknowledged_change_kept() {
     assert_eq!(fs::metadata(&log).unwrap().len(), good_len);
 }
 
-#[test]
-fn zeros_in_the_middle_with_records_after_them_are_damage() {
-    let dir = tempfile::tempdir().unwrap();
+/// A journal of three creates, as its log's path, bytes and the offset of its second frame
+/// (the first batch; the header comes first).
+fn three_creates(dir: &Path) -> (PathBuf, Vec<u8>, usize) {
     {
-        let store = open(dir.path());
+        let store = open(dir);
         for _ in 0..3 {
             store.create(CreateTask::new()).unwrap();
         }
     }
-    let log = log_file(dir.path());
-    let mut bytes = fs::read(&log).unwrap();
+    let log = log_file(dir);
+    let bytes = fs::read(&log).unwrap();
     let first_len = u32::from_le_bytes(bytes[0..4].try_into().unwrap()) as usize;
-    let second = 8 + first_len;
-    let second_len = u32::from_le_bytes(bytes[second..second + 4].try_into().unwrap()) as usize;
-    bytes[second..second + 8 + second_len].fill(0); // a whole acknowledged batch
-    fs::write(&log, &bytes).unwrap();
-    match Store::builder()
-        .journal(JournalConfig::new(dir.path()))
-        .build()
-    {
+    (log, bytes, 8 + first_len)
+}
+
+/// Opens `dir` expecting damage reported at byte offset `at`; returns the message.
+fn damage_at(dir: &Path, at: usize) -> String {
+    match Store::builder().journal(JournalConfig::new(dir)).build() {
         Err(StoreError::Journal(message)) => {
-            assert!(message.contains(&format!("offset {second}")), "{message}");
+            assert!(message.contains(&format!("offset {at}")), "{message}");
+            message
         }
         other => panic!("expected a journal error, got {other:?}"),
     }
 }
 
 #[test]
+fn zeros_in_the_middle_with_records_after_them_are_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, mut bytes, second) = three_creates(dir.path());
+    let second_len = u32::from_le_bytes(bytes[second..second + 4].try_into().unwrap()) as usize;
+    bytes[second..second + 8 + second_len].fill(0); // a whole acknowledged batch
+    fs::write(&log, &bytes).unwrap();
+    damage_at(dir.path(), second);
+}
+
+#[test]
 fn a_damaged_record_in_the_middle_is_an_error_naming_file_and_offset() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        let store = open(dir.path());
-        for _ in 0..3 {
-            store.create(CreateTask::new()).unwrap();
-        }
-    }
-    let log = log_file(dir.path());
-    let mut bytes = fs::read(&log).unwrap();
-    let first_len = u32::from_le_bytes(bytes[0..4].try_into().unwrap()) as usize;
-    let second = 8 + first_len; // the header record comes first
+    let (log, mut bytes, second) = three_creates(dir.path());
     bytes[second + 10] ^= 0xff; // inside the second record's payload
     fs::write(&log, &bytes).unwrap();
-    match Store::builder()
-        .journal(JournalConfig::new(dir.path()))
-        .build()
-    {
-        Err(StoreError::Journal(message)) => {
-            assert!(message.contains(&log.display().to_string()), "{message}");
-            assert!(message.contains(&format!("offset {second}")), "{message}");
-        }
-        other => panic!("expected a journal error, got {other:?}"),
-    }
+    let message = damage_at(dir.path(), second);
+    assert!(message.contains(&log.display().to_string()), "{message}");
 }
 
 #[test]
