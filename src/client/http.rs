@@ -1048,21 +1048,26 @@ mod tests {
         format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n")
     }
 
+    /// A 2025-11-25 server's answer to `initialize`, opening `session`.
+    fn initialized(request: &Seen, session: &str) -> String {
+        json_reply(
+            "200 OK",
+            &json!({"jsonrpc": "2.0", "id": request.body["id"], "result": {
+                "protocolVersion": v2025::PROTOCOL_VERSION,
+                "capabilities": {},
+                "serverInfo": {"name": "fake", "version": "0"},
+            }}),
+            &format!("Mcp-Session-Id: {session}\r\n"),
+        )
+    }
+
     /// What a 2025-11-25 server answers to the handshake, the `GET` (no event stream) and
     /// the `DELETE`; `None` for anything else.
     fn session_basics(request: &Seen) -> Option<String> {
         match (request.method(), request.rpc_method()) {
             ("GET", _) => Some(empty_reply("405 Method Not Allowed")),
             ("DELETE", _) => Some(empty_reply("200 OK")),
-            (_, Some("initialize")) => Some(json_reply(
-                "200 OK",
-                &json!({"jsonrpc": "2.0", "id": request.body["id"], "result": {
-                    "protocolVersion": v2025::PROTOCOL_VERSION,
-                    "capabilities": {},
-                    "serverInfo": {"name": "fake", "version": "0"},
-                }}),
-                "Mcp-Session-Id: s1\r\n",
-            )),
+            (_, Some("initialize")) => Some(initialized(request, "s1")),
             (_, Some("notifications/initialized")) => Some(empty_reply("202 Accepted")),
             _ => None,
         }
@@ -1276,15 +1281,7 @@ mod tests {
                 ("DELETE", _) => Some(empty_reply("200 OK")),
                 (_, Some("initialize")) => {
                     let n = opened.fetch_add(1, Ordering::SeqCst) + 1;
-                    Some(json_reply(
-                        "200 OK",
-                        &json!({"jsonrpc": "2.0", "id": id, "result": {
-                            "protocolVersion": v2025::PROTOCOL_VERSION,
-                            "capabilities": {},
-                            "serverInfo": {"name": "fake", "version": "0"},
-                        }}),
-                        &format!("Mcp-Session-Id: s{n}\r\n"),
-                    ))
+                    Some(initialized(request, &format!("s{n}")))
                 }
                 _ if session.as_deref() != Some("s2")
                     && opened.load(Ordering::SeqCst) == 1
@@ -1353,15 +1350,7 @@ mod tests {
                     let n = opens.fetch_add(1, Ordering::SeqCst) + 1;
                     // A renewal takes a while, so other requests meet the 404 meanwhile.
                     std::thread::sleep(Duration::from_millis(if n > 1 { 100 } else { 0 }));
-                    Some(json_reply(
-                        "200 OK",
-                        &json!({"jsonrpc": "2.0", "id": id, "result": {
-                            "protocolVersion": v2025::PROTOCOL_VERSION,
-                            "capabilities": {},
-                            "serverInfo": {"name": "fake", "version": "0"},
-                        }}),
-                        &format!("Mcp-Session-Id: s{n}\r\n"),
-                    ))
+                    Some(initialized(request, &format!("s{n}")))
                 }
                 _ if session.is_none() => Some(empty_reply("400 Bad Request")),
                 _ if !known => Some(empty_reply("404 Not Found")),
@@ -1403,14 +1392,8 @@ mod tests {
         });
         let client = Client::builder().connect_http(&server.url).unwrap();
         let get = next(&server.seen, "GET");
-        let started = Instant::now();
         within(Duration::from_secs(6), move || drop(client))
             .expect("dropping the client still blocked after 6 s");
-        assert!(
-            started.elapsed() < Duration::from_secs(4),
-            "{:?}",
-            started.elapsed()
-        );
         next(&server.seen, "DELETE");
         // The client shuts the event stream down before it sends the DELETE, but the fake
         // server's threads may notice the two in either order: only that both ended is
@@ -1501,16 +1484,13 @@ mod tests {
     }
 
     #[test]
-    fn names_are_encoded_as_sep2243_says() {
-        let header = |v: &str| name_header(v).unwrap();
-        assert_eq!(header("us-west1"), "us-west1");
-        assert_eq!(header("two words"), "two words");
-        assert_eq!(header("Hello, 世界"), "=?base64?SGVsbG8sIOS4lueVjA==?=");
-        assert_eq!(header(" padded "), "=?base64?IHBhZGRlZCA=?=");
-        assert_eq!(header("line1\nline2"), "=?base64?bGluZTEKbGluZTI=?=");
-        assert_eq!(header("tab\t"), "=?base64?dGFiCQ==?=");
-        assert_eq!(header("=?base64?x?="), "=?base64?PT9iYXNlNjQ/eD89?=");
-        assert_eq!(header("a\0"), "=?base64?YQA=?=");
+    fn names_are_encoded_and_left_out_past_the_limit() {
+        // The encoding itself is protocol::header_value's (tested there); the client
+        // adds the length limit.
+        assert_eq!(
+            name_header("Hello, 世界").unwrap(),
+            header_value::encode("Hello, 世界")
+        );
         assert!(name_header(&"x".repeat(MAX_NAME_HEADER)).is_some());
         assert!(name_header(&"x".repeat(MAX_NAME_HEADER + 1)).is_none());
         assert!(name_header(&"é".repeat(4000)).is_none());

@@ -128,11 +128,7 @@ pub fn result_would_block(
     session: Option<&SessionId>,
     params: Option<&Value>,
 ) -> bool {
-    let Some(id) = params
-        .and_then(|params| params.get("taskId"))
-        .and_then(Value::as_str)
-        .and_then(TaskId::parse)
-    else {
+    let Ok(id) = task_id(params.cloned()) else {
         return false;
     };
     matches!(store.get(id, session), Ok(task) if !task.status.is_terminal())
