@@ -17,7 +17,7 @@
 //! [`handle_timeout`]: StoreMachine::handle_timeout
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -54,7 +54,8 @@ pub struct StoreStats {
     pub tasks: usize,
     /// Callers blocked in a wait.
     pub waiters: usize,
-    /// Timers on the wheel, stale ones included (they are dropped when they fire).
+    /// Pending timers: task deadlines on the wheel, stale ones included (they are dropped
+    /// when they fire), plus the deadlines of timed waits still parked.
     pub timers: usize,
 }
 
@@ -76,14 +77,6 @@ pub enum WakeOutcome {
     Input(Result<Value, StoreError>),
 }
 
-/// Items on the timer wheel. Stale items (the task re-armed, finished or gone) are ignored
-/// when they fire, which makes cancelling a timer free.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Timer {
-    Expire(TaskId),
-    WaitDeadline(TaskId, u64),
-}
-
 #[derive(Debug)]
 enum WaitKind {
     Terminal,
@@ -95,6 +88,8 @@ struct Waiter<W> {
     id: u64,
     kind: WaitKind,
     token: W,
+    /// When the wait times out: its key in [`StoreMachine::wait_deadlines`].
+    deadline: Option<Millis>,
 }
 
 /// Rarely used per-task state, boxed so a plain task stays small.
@@ -175,7 +170,15 @@ pub struct StoreMachine<W> {
     next_waiter: u64,
     /// Waiters parked across all tasks.
     parked: usize,
-    wheel: Wheel<Timer>,
+    /// Task deadlines (TTL, then grace). A stale one (the task re-armed or gone) is
+    /// ignored when it fires, which makes cancelling one free: there is at most one live
+    /// deadline per task, so stale ones are bounded by the tasks created within a TTL.
+    wheel: Wheel<TaskId>,
+    /// Deadlines of timed waits, by (deadline, waiter id). Not on the wheel: a wait is
+    /// usually answered long before its timeout, and a lazily cancelled wheel item would
+    /// stay until then, so memory would grow with wait rate x timeout. Removing from here
+    /// is exact, and there are only as many entries as parked callers.
+    wait_deadlines: BTreeMap<(Millis, u64), TaskId>,
     wakes: VecDeque<Wake<W>>,
     events: VecDeque<StoreEvent>,
     events_enabled: bool,
@@ -200,6 +203,7 @@ impl<W> StoreMachine<W> {
             next_waiter: 1,
             parked: 0,
             wheel: Wheel::new(),
+            wait_deadlines: BTreeMap::new(),
             wakes: VecDeque::new(),
             events: VecDeque::new(),
             events_enabled: false,
@@ -230,7 +234,7 @@ impl<W> StoreMachine<W> {
         StoreStats {
             tasks: self.tasks.len(),
             waiters: self.parked,
-            timers: self.wheel.len(),
+            timers: self.wheel.len() + self.wait_deadlines.len(),
         }
     }
 
@@ -257,7 +261,7 @@ impl<W> StoreMachine<W> {
         self.next_seq += 1;
         let expires_at = ttl.map(|ms| now.mono.plus(ms));
         if let Some(at) = expires_at {
-            self.wheel.insert(at.0, Timer::Expire(id));
+            self.wheel.insert(at.0, id);
         }
         self.sessions
             .entry(req.session.clone())
@@ -573,6 +577,7 @@ impl<W> StoreMachine<W> {
                 Some(pos) => {
                     let waiter = extra.waiters.swap_remove(pos);
                     self.parked -= 1;
+                    forget_deadline(&mut self.wait_deadlines, &waiter);
                     self.wakes.push_back(Wake {
                         token: waiter.token,
                         outcome: WakeOutcome::Input(Ok(response)),
@@ -710,13 +715,17 @@ impl<W> StoreMachine<W> {
     pub fn handle_timeout(&mut self, now: Now, budget: usize) -> bool {
         let mut spent = 0usize;
         while spent < budget {
-            spent += match self.wheel.poll_bounded(now.mono.0) {
-                Polled::Item(_, Timer::Expire(id)) => {
-                    self.settle(id, now);
-                    1
-                }
-                Polled::Item(_, Timer::WaitDeadline(id, waiter)) => {
+            if let Some(entry) = self.wait_deadlines.first_entry() {
+                if entry.key().0 <= now.mono {
+                    let ((_, waiter), id) = entry.remove_entry();
                     self.time_out_waiter(id, waiter);
+                    spent += 1;
+                    continue;
+                }
+            }
+            spent += match self.wheel.poll_bounded(now.mono.0) {
+                Polled::Item(_, id) => {
+                    self.settle(id, now);
                     1
                 }
                 // Re-filing a chunk of a big cascade costs about as much as this many
@@ -731,7 +740,12 @@ impl<W> StoreMachine<W> {
     /// The next moment [`handle_timeout`](Self::handle_timeout) has work (never later than
     /// the earliest deadline; sometimes earlier, which costs one spurious wake-up).
     pub fn poll_timeout(&self) -> Option<Millis> {
-        self.wheel.next_expiration().map(Millis)
+        let task = self.wheel.next_expiration().map(Millis);
+        let wait = self.wait_deadlines.keys().next().map(|&(at, _)| at);
+        match (task, wait) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The next parked waiter that has its answer.
@@ -878,7 +892,7 @@ impl<W> StoreMachine<W> {
             now.mono.plus(deadline.saturating_sub(now.wall.as_millis()))
         });
         if let Some(at) = expires_at {
-            self.wheel.insert(at.0, Timer::Expire(record.id));
+            self.wheel.insert(at.0, record.id);
         }
         let has_extra = !record.pending.is_empty()
             || !record.answers.is_empty()
@@ -1092,7 +1106,7 @@ impl<W> StoreMachine<W> {
                     self.finish(now, id, TaskStatus::Failed, Some(message), None);
                     let next = at.plus(duration_ms(grace));
                     self.tasks.get_mut(&id).expect("checked above").expires_at = Some(next);
-                    self.wheel.insert(next.0, Timer::Expire(id));
+                    self.wheel.insert(next.0, id);
                 }
                 _ => self.remove(id),
             }
@@ -1129,6 +1143,7 @@ impl<W> StoreMachine<W> {
             }
             self.parked -= extra.waiters.len();
             for waiter in extra.waiters.drain(..) {
+                forget_deadline(&mut self.wait_deadlines, &waiter);
                 let outcome = match waiter.kind {
                     WaitKind::Terminal => WakeOutcome::Terminal(Ok(task.clone())),
                     WaitKind::Input(_) => {
@@ -1172,6 +1187,7 @@ impl<W> StoreMachine<W> {
             }
             self.parked -= extra.waiters.len();
             for waiter in extra.waiters {
+                forget_deadline(&mut self.wait_deadlines, &waiter);
                 let outcome = match waiter.kind {
                     WaitKind::Terminal => WakeOutcome::Terminal(Err(StoreError::NotFound)),
                     WaitKind::Input(_) => WakeOutcome::Input(Err(StoreError::NotFound)),
@@ -1213,9 +1229,10 @@ impl<W> StoreMachine<W> {
             id: waiter_id,
             kind,
             token,
+            deadline,
         });
         if let Some(at) = deadline {
-            self.wheel.insert(at.0, Timer::WaitDeadline(id, waiter_id));
+            self.wait_deadlines.insert((at, waiter_id), id);
         }
     }
 
@@ -1282,6 +1299,14 @@ fn snapshot_of<W>(poll_interval_ms: u64, id: TaskId, entry: &Entry<W>) -> Task {
         last_updated_at: entry.last_updated_at,
         ttl: entry.ttl,
         poll_interval: Some(poll_interval_ms),
+    }
+}
+
+/// Drops the deadline of a wait that is answered (or ends) before it times out, so nothing
+/// is left behind to fire later.
+fn forget_deadline<W>(deadlines: &mut BTreeMap<(Millis, u64), TaskId>, waiter: &Waiter<W>) {
+    if let Some(at) = waiter.deadline {
+        deadlines.remove(&(at, waiter.id));
     }
 }
 

@@ -1582,6 +1582,51 @@ fn a_wait_times_out_exactly_at_its_deadline() {
 }
 
 #[test]
+fn the_earliest_wait_deadline_is_the_next_timeout() {
+    let mut m = machine(StoreConfig {
+        default_ttl: None,
+        ..config()
+    });
+    create(&mut m, 0, 1);
+    assert_eq!(m.poll_timeout(), None);
+    m.wait_terminal(at(0), id(1), None, Some(Millis(700)), 1);
+    m.wait_terminal(at(0), id(1), None, Some(Millis(500)), 2);
+    assert_eq!(m.poll_timeout(), Some(Millis(500)));
+    m.handle_timeout(at(500), usize::MAX);
+    assert_eq!(m.poll_timeout(), Some(Millis(700)));
+}
+
+#[test]
+fn answered_waits_leave_no_timer_behind() {
+    // Waits answered long before their timeout used to keep a timer until it; at a high
+    // wait rate memory grew with rate x timeout.
+    let mut m = machine(StoreConfig {
+        expiry: ExpiryPolicy::Remove,
+        ..config()
+    });
+    create(&mut m, 0, 1);
+    create(&mut m, 0, 2);
+    m.create(at(0), id(3), CreateTask::new().ttl(100)).unwrap();
+    assert_eq!(m.stats().timers, 1, "task 3's deadline");
+    let hour = Some(Millis(3_600_000));
+    m.set_input_requests(at(1), id(1), None, requests(&["a", "b"]))
+        .unwrap();
+    m.wait_input(at(1), id(1), None, "a", hour, 1);
+    m.wait_input(at(1), id(1), None, "b", hour, 2);
+    m.wait_terminal(at(1), id(2), None, hour, 3);
+    m.wait_terminal(at(1), id(3), None, hour, 4);
+    assert_eq!(m.stats().timers, 5);
+    m.resolve_input(at(2), id(1), None, responses(&[("a", json!(1))]))
+        .unwrap();
+    m.cancel(at(2), id(1), None, None).unwrap(); // ends the wait on "b"
+    m.cancel(at(2), id(2), None, None).unwrap();
+    m.handle_timeout(at(100), usize::MAX); // removes task 3
+    assert_eq!(wakes(&mut m).len(), 4);
+    assert_eq!(m.stats().timers, 0, "every answered wait dropped its timer");
+    assert_eq!(m.poll_timeout(), None);
+}
+
+#[test]
 fn too_many_waiters_on_one_task_are_refused() {
     let mut m = machine(StoreConfig {
         max_waiters_per_task: 2,
