@@ -89,7 +89,9 @@ impl Default for HttpOptions {
     }
 }
 
-/// A running HTTP transport; stops (and joins its threads) when dropped.
+/// A running HTTP transport. Dropping it stops it and joins its threads, and ends every
+/// session as `DELETE` would: their live tasks are cancelled, since no client could reach
+/// them again.
 pub struct HttpServer {
     addr: SocketAddr,
     http: Arc<tiny_http::Server>,
@@ -287,8 +289,13 @@ impl HttpServer {
 impl Drop for HttpServer {
     fn drop(&mut self) {
         self.state.stopping.close();
-        for (_, session) in self.state.sessions.lock().drain() {
-            session.ended.close();
+        // Every session ends as on `DELETE`: nobody can reach its tasks once this transport
+        // is gone (a new one hands out new session ids), so they are cancelled and their
+        // workers told to stop. Stateless 2026-07-28 tasks are reachable by id alone and
+        // stay as they are.
+        let sessions: Vec<_> = self.state.sessions.lock().drain().collect();
+        for (_, session) in sessions {
+            end_session(&self.state, &session);
         }
         for _ in 0..self.threads.len() {
             self.http.unblock();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcp_task_store::server::{demo, HttpOptions, HttpServer, Server};
-use mcp_task_store::{SessionId, TaskId, TaskStatus, TaskStore};
+use mcp_task_store::{SessionId, Store, StoreConfig, TaskId, TaskStatus, TaskStore};
 use serde_json::{json, Value};
 
 fn options() -> HttpOptions {
@@ -642,6 +642,27 @@ fn deleting_a_session_cancels_its_live_tasks() {
             TaskStatus::Cancelled
         );
     }
+}
+
+#[test]
+fn dropping_the_server_cancels_its_sessions_live_tasks() {
+    // A store the embedder owns outlives the transport (an embedded one would close).
+    let owned = Store::start(StoreConfig::default()).unwrap();
+    let store: Arc<dyn TaskStore> = Arc::new(owned.handle());
+    let mut builder = Server::builder().store(store.clone());
+    for tool in demo::tools() {
+        builder = builder.tool(tool);
+    }
+    let http = HttpServer::bind(builder.build().unwrap(), "127.0.0.1:0", options()).unwrap();
+    let addr = http.local_addr();
+    let session = initialize(addr);
+    let id = start_long_task(addr, &session);
+    drop(http);
+    assert_eq!(
+        status_in_store(store.as_ref(), &session, &id),
+        TaskStatus::Cancelled,
+        "nobody could reach the task once the transport is gone"
+    );
 }
 
 #[test]
