@@ -565,26 +565,25 @@ impl Connection {
             let outcome = v2025::handle(store, session, "tasks/result", params);
             return reply.send(outcome.expect("tasks/result is a tasks method"));
         }
-        if self.blocked_results.fetch_add(1, Ordering::AcqRel) >= MAX_BLOCKED_RESULTS {
-            self.blocked_results.fetch_sub(1, Ordering::AcqRel);
+        let Some(place) = WaitingPlace::take(self) else {
             return reply.send(Err(RpcError::internal(
                 "too many tasks/result calls waiting",
             )));
-        }
-        let connection = self.clone();
+        };
         let spawned = std::thread::Builder::new()
             .name("mcp-tasks-result".into())
             .spawn(move || {
+                let connection = &place.0;
                 let store = connection.core.store.as_ref();
                 let session = connection.session.as_ref();
                 let outcome = v2025::handle(store, session, "tasks/result", params)
                     .expect("tasks/result is a tasks method");
-                connection.blocked_results.fetch_sub(1, Ordering::AcqRel);
+                drop(place);
                 reply.send(outcome);
             });
         if let Err(error) = spawned {
+            // The closure, its place and its reply (which answers) are dropped.
             log::error!("cannot spawn a tasks/result waiter: {error}");
-            self.blocked_results.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -658,6 +657,40 @@ impl Connection {
         };
         self.client_capabilities.lock().get(capability).is_some()
     }
+}
+
+/// A place among the `tasks/result` calls that may wait at once, on its connection and on
+/// the server; given back when dropped.
+struct WaitingPlace(Arc<Connection>);
+
+impl WaitingPlace {
+    fn take(connection: &Arc<Connection>) -> Option<WaitingPlace> {
+        let core = &connection.core;
+        if !claim(&connection.blocked_results, MAX_BLOCKED_RESULTS) {
+            return None;
+        }
+        if !claim(&core.waiting_results, core.max_waiting_results) {
+            connection.blocked_results.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(WaitingPlace(connection.clone()))
+    }
+}
+
+impl Drop for WaitingPlace {
+    fn drop(&mut self) {
+        self.0.blocked_results.fetch_sub(1, Ordering::AcqRel);
+        self.0.core.waiting_results.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Takes one of `limit` places counted by `counter`, if one is free.
+fn claim(counter: &AtomicUsize, limit: usize) -> bool {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < limit).then_some(n + 1)
+        })
+        .is_ok()
 }
 
 /// The one answer a request gets. If it is dropped unanswered (a refused job, a panic, a

@@ -33,6 +33,7 @@ mod pool;
 mod stdio;
 mod tools;
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,6 +58,9 @@ pub(crate) struct ServerCore {
     pub(crate) version: String,
     /// How long a SEP-2663 call may run inline before it becomes a task.
     pub(crate) promote_after: Duration,
+    /// `tasks/result` calls waiting on their own threads, across all connections.
+    pub(crate) waiting_results: AtomicUsize,
+    pub(crate) max_waiting_results: usize,
     /// The embedded store, when the server made its own; dropped (and joined) last.
     _owned_store: Option<Store>,
 }
@@ -86,6 +90,7 @@ pub struct ServerBuilder {
     name: String,
     version: String,
     promote_after: Duration,
+    max_waiting_results: usize,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -109,6 +114,7 @@ impl Default for ServerBuilder {
             name: env!("CARGO_PKG_NAME").to_string(),
             version: env!("CARGO_PKG_VERSION").to_string(),
             promote_after: Duration::from_millis(50),
+            max_waiting_results: 4096,
         }
     }
 }
@@ -152,6 +158,15 @@ impl ServerBuilder {
         self
     }
 
+    /// Most `tasks/result` calls on unfinished tasks that may wait at once across all
+    /// connections (default 4096; one connection may have at most 256). Each waits on a
+    /// thread of its own, so this bounds the threads clients can make the server hold;
+    /// calls beyond it get an error. Calls on finished tasks never wait.
+    pub fn max_waiting_results(mut self, max: usize) -> Self {
+        self.max_waiting_results = max;
+        self
+    }
+
     /// The name and version reported in `serverInfo`.
     pub fn info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
         self.name = name.into();
@@ -161,13 +176,16 @@ impl ServerBuilder {
 
     /// Starts the embedded store if needed and the worker pool.
     pub fn build(self) -> Result<Server, StoreError> {
-        if self.workers == 0 || self.queue == 0 {
+        let zero = [
+            ("workers", self.workers),
+            ("queue", self.queue),
+            ("max_waiting_results", self.max_waiting_results),
+        ]
+        .into_iter()
+        .find(|&(_, value)| value == 0);
+        if let Some((field, _)) = zero {
             return Err(StoreError::InvalidConfig {
-                field: if self.workers == 0 {
-                    "workers"
-                } else {
-                    "queue"
-                },
+                field,
                 reason: "must be at least 1".into(),
             });
         }
@@ -186,6 +204,8 @@ impl ServerBuilder {
                 name: self.name,
                 version: self.version,
                 promote_after: self.promote_after,
+                waiting_results: AtomicUsize::new(0),
+                max_waiting_results: self.max_waiting_results,
                 _owned_store: owned,
             }),
         })

@@ -363,6 +363,72 @@ fn tasks_result_on_a_finished_task_is_answered_while_every_waiting_place_is_take
 }
 
 #[test]
+fn zero_workers_queue_or_waiting_places_are_refused_at_build() {
+    use mcp_task_store::StoreError;
+    let builds = [
+        ("workers", Server::builder().workers(0).build()),
+        ("queue", Server::builder().queue(0).build()),
+        (
+            "max_waiting_results",
+            Server::builder().max_waiting_results(0).build(),
+        ),
+    ];
+    for (name, built) in builds {
+        match built {
+            Err(StoreError::InvalidConfig { field, .. }) => assert_eq!(field, name),
+            other => panic!("{name}: {:?}", other.map(|_| ())),
+        }
+    }
+}
+
+#[test]
+fn waiting_tasks_result_calls_are_bounded_across_connections() {
+    use mcp_task_store::CreateTask;
+    let store = Store::builder().build().unwrap();
+    let handle = store.handle();
+    let server = Server::builder()
+        .store(Arc::new(store.handle()))
+        .max_waiting_results(2)
+        .build()
+        .unwrap();
+    let connections: Vec<_> = (0..3)
+        .map(|_| server.connect(crossbeam_channel::unbounded().0, None))
+        .collect();
+    let (answers_tx, answers) = crossbeam_channel::unbounded();
+    let wait_for = |connection: &Arc<Connection>, task: &mcp_task_store::Task| {
+        let text = json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/result",
+                          "params": {"taskId": task.task_id.to_string()}});
+        let answers_tx = answers_tx.clone();
+        connection.handle_text(
+            &text.to_string(),
+            Box::new(move |v| answers_tx.send(v).unwrap()),
+        );
+    };
+    let live = handle.create(CreateTask::new()).unwrap();
+    // Two connections take the server's two places...
+    wait_for(&connections[0], &live);
+    wait_for(&connections[1], &live);
+    // ...so a third connection, with all of its own places free, is refused.
+    wait_for(&connections[2], &live);
+    let refused = answers.recv_timeout(WAIT).expect("an answer");
+    assert_eq!(refused["error"]["code"], -32603, "{refused}");
+    assert!(answers.try_recv().is_err(), "the first two still wait");
+    // Ending the task answers both and gives their places back.
+    handle.cancel(live.task_id, None, None).unwrap();
+    for _ in 0..2 {
+        answers.recv_timeout(WAIT).expect("a waiting call answered");
+    }
+    let next = handle.create(CreateTask::new()).unwrap();
+    wait_for(&connections[2], &next);
+    assert!(
+        answers.recv_timeout(Duration::from_millis(200)).is_err(),
+        "a place is free again, so the call waits"
+    );
+    handle.cancel(next.task_id, None, None).unwrap();
+    answers.recv_timeout(WAIT).expect("the last call answered");
+}
+
+#[test]
 fn an_is_error_result_fails_the_task_but_tasks_result_returns_it() {
     let mut h = Harness::new();
     let id = h.start("fail", json!({"ms": 1}));
