@@ -7,13 +7,16 @@
 //! few single-command seats it polls, and a `crossbeam-channel` for the rest); callers hold
 //! a cheap, cloneable, blocking [`StoreHandle`]. The owner thread drives a pure
 //! [`StoreMachine`] (no threads, no clock reads: `now` and ids are arguments) and sleeps
-//! exactly until the next command or the next TTL deadline on a hierarchical timer wheel.
+//! exactly until the next command or the next deadline (TTLs on a hierarchical timer wheel,
+//! timed waits in an exact map).
 //! It is the only thread that changes the machine; reads that change nothing (`get`,
 //! `get_detail`, `get_result`) are answered on the caller's thread under a read lock. Tests
 //! swap in a [`ManualClock`] and use [`StoreHandle::sync`] as a barrier.
 //!
 //! Layers, bottom up: [`model`] (wire and domain types), [`store`] (machine, wheel, actor,
-//! handle). Nothing below the protocol layer knows JSON-RPC. With the `ffi` feature, the
+//! handle, journal), [`protocol`] (JSON-RPC and the two tasks revisions), [`server`] (tools,
+//! connections, stdio and HTTP transports) and [`client`] (the blocking client). Nothing
+//! below the protocol layer knows JSON-RPC. With the `ffi` feature, the
 //! `ffi` module exposes the store to C (header: `include/mcp_task_store.h`).
 //!
 //! ```

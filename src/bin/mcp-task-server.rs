@@ -1,7 +1,7 @@
-//! `mcp-task-server`: an MCP server whose tools run as tasks, over stdio.
+//! `mcp-task-server`: an MCP server whose tools run as tasks, over stdio or Streamable HTTP.
 //!
 //! With no arguments it serves MCP on stdin/stdout, as MCP clients expect when they launch
-//! a server. `--demo` launches a copy of itself and talks to it, printing the conversation.
+//! a server; `--http ADDR` serves HTTP instead. `--demo` launches a copy of itself and talks to it, printing the conversation.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, ExitCode, Stdio};
@@ -26,24 +26,29 @@ Store settings (durations take units: 500ms, 90s, 10m, 2h):
     --max-ttl DURATION             cap on every task's TTL, requested or not [default: none]
     --poll-interval DURATION       polling interval suggested to clients [default: 1s]
     --page-size N                  tasks per tasks/list page [default: 100]
-    --max-tasks N                  most live tasks in the store [default: no limit]
-    --max-tasks-per-session N      most live tasks per session [default: no limit]
+    --max-tasks N                  most tasks the store holds, finished ones included until
+                                   their TTL removes them [default: no limit]
+    --max-tasks-per-session N      the same per HTTP 2025-11-25 session (stdio and SEP-2663
+                                   tasks are sessionless) [default: no limit]
     --expiry fail|remove           what happens to a running task whose TTL runs out:
                                    fail it (its tool is told to stop) and remove it after
                                    --expiry-grace, or remove it at once [default: fail]
-    --expiry-grace DURATION        how long an expired task stays readable [default: 30s]
+    --expiry-grace DURATION        with --expiry fail: how long an expired task stays
+                                   readable [default: 30s]
     --data-dir DIR                 keep a write-ahead journal in DIR: tasks survive restarts
-                                   (every change is fsynced before it is acknowledged; tasks
-                                   still running at a restart are failed) [default: memory]
+                                   (with --durability fsync, every change is on disk before
+                                   it is acknowledged; tasks still running at a restart are
+                                   failed) [default: memory]
     --durability fsync|flush|none  with --data-dir: when a change is safe [default: fsync]
 
 Server settings:
     --http ADDR                    serve Streamable HTTP on ADDR instead of stdio
     --allow-remote                 let --http bind a non-loopback address
-    --promote-after DURATION       how long a SEP-2663 call runs inline before it becomes
-                                   a task [default: 50ms]
+    --promote-after DURATION       how long a SEP-2663 call of a task-optional tool runs
+                                   inline before it becomes a task [default: 50ms]
     --workers N                    threads that run tools [default: 16]
-    --log LEVEL                    stderr log level: off, error, warn, info, debug [default: info]
+    --log LEVEL                    stderr log level: off, error, warn, info, debug, trace
+                                   [default: info]
     -h, --help                     print this help
     -V, --version                  print the version
 
@@ -161,13 +166,16 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
             "--log" => {
                 options.log = value()?
                     .parse()
-                    .map_err(|_| "--log: use off, error, warn, info or debug".to_string())?
+                    .map_err(|_| "--log: use off, error, warn, info, debug or trace".to_string())?
             }
             other => return Err(format!("unknown argument '{other}'")),
         }
     }
     options.store.expiry = match (options.remove_on_expiry, options.grace) {
-        (true, _) => ExpiryPolicy::Remove,
+        (true, Some(_)) => {
+            return Err("--expiry-grace has no effect with --expiry remove".to_string())
+        }
+        (true, None) => ExpiryPolicy::Remove,
         (false, Some(grace)) => ExpiryPolicy::Fail { grace },
         (false, None) => ExpiryPolicy::default(),
     };

@@ -150,9 +150,10 @@ impl ServerBuilder {
         self
     }
 
-    /// How long a task-supporting tool called over SEP-2663 may run inline before it becomes
-    /// a task (default 50 ms). A call that finishes in time gets a plain result and never
-    /// touches the store.
+    /// How long a task-optional tool called over SEP-2663, by a client that declares the
+    /// tasks extension, may run inline before it becomes a task (default 50 ms). A call that
+    /// finishes in time gets a plain result and never touches the store; a task-required
+    /// tool becomes a task at once.
     pub fn promote_after(mut self, budget: Duration) -> Self {
         self.promote_after = budget;
         self

@@ -165,3 +165,43 @@ fn a_task_round_trip_over_lines() {
     assert_eq!(by_id(2)["result"]["content"][0]["text"], "hello");
     assert_eq!(by_id(3)["result"], json!({"tasks": []}));
 }
+
+#[test]
+fn bad_command_lines_are_refused_with_a_message_naming_the_flag() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--bogus"], "unknown argument '--bogus'"),
+        (
+            &["--page-size", "ten"],
+            "--page-size: 'ten' is not a whole number",
+        ),
+        (
+            &["--default-ttl", "soon"],
+            "--default-ttl: 'soon' is not a duration",
+        ),
+        (&["--expiry", "later"], "--expiry: 'later' is neither"),
+        (
+            &["--expiry", "remove", "--expiry-grace", "5s"],
+            "--expiry-grace has no effect with --expiry remove",
+        ),
+        (
+            &["--log", "loud"],
+            "--log: use off, error, warn, info, debug or trace",
+        ),
+        (&["--http", "0.0.0.0:3000"], "add --allow-remote"),
+        (&["--page-size", "0"], "page_size"),
+    ];
+    for (args, expected) in cases {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-task-server"))
+            .args(*args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(
+            output.stdout.is_empty(),
+            "{args:?}: stdout stays protocol only"
+        );
+    }
+}
