@@ -411,14 +411,43 @@ impl<R: BufRead> Read for Chunked<R> {
 
 /// Reads server-sent events, calling `on_data` with each event's data; stops when the
 /// stream ends or `on_data` returns false.
-fn read_events(body: &mut dyn BufRead, mut on_data: impl FnMut(&str) -> bool) -> io::Result<()> {
+fn read_events(body: &mut dyn BufRead, on_data: impl FnMut(&str) -> bool) -> io::Result<()> {
+    read_events_resuming(body, &mut Resume::default(), on_data)
+}
+
+/// Longest event id kept for `Last-Event-ID`: a longer one is ignored, as is one that could
+/// not go into a header.
+const MAX_EVENT_ID: usize = 1024;
+
+/// What an event stream said about opening it again, as the SSE rules keep it across the
+/// stream's events (and across its reopenings).
+#[derive(Default, Debug, PartialEq)]
+struct Resume {
+    /// The last event id (`id:`), sent back in `Last-Event-ID` so that a resumable server
+    /// can replay what came after it; empty when there is none.
+    last_id: String,
+    /// How long the server asks the client to wait before opening the stream again
+    /// (`retry:`, in milliseconds).
+    retry: Option<Duration>,
+}
+
+/// [`read_events`], keeping the stream's event id and reconnection time in `resume`.
+fn read_events_resuming(
+    body: &mut dyn BufRead,
+    resume: &mut Resume,
+    mut on_data: impl FnMut(&str) -> bool,
+) -> io::Result<()> {
     let mut data = String::new();
+    // The SSE "last event ID buffer": it becomes the stream's last event id only when
+    // its event is dispatched (at the blank line), whether or not that event has data.
+    let mut id = resume.last_id.clone();
     loop {
         let Some(line) = line_of(&mut &mut *body, MAX_SERVER_MESSAGE)? else {
             return Ok(());
         };
         let text = line.as_str();
         if text.is_empty() {
+            resume.last_id.clone_from(&id);
             if !data.is_empty() {
                 let keep_going = on_data(&data);
                 data.clear();
@@ -439,8 +468,22 @@ fn read_events(body: &mut dyn BufRead, mut on_data: impl FnMut(&str) -> bool) ->
                 data.push('\n');
             }
             data.push_str(value.strip_prefix(' ').unwrap_or(value));
+        } else if let Some(value) = text.strip_prefix("id:") {
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            // SSE ignores an id with NUL; an id the client could not send back in a
+            // header is no use to it either.
+            if value.len() <= MAX_EVENT_ID && header_safe(value) {
+                value.clone_into(&mut id);
+            }
+        } else if let Some(value) = text.strip_prefix("retry:") {
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+                if let Ok(ms) = value.parse() {
+                    resume.retry = Some(Duration::from_millis(ms));
+                }
+            }
         }
-        // `event:`, `id:`, `retry:` and `:` comments need nothing from us.
+        // `event:` and `:` comments need nothing from us.
     }
 }
 
@@ -1180,6 +1223,38 @@ mod tests {
         })
         .unwrap();
         assert_eq!(events, vec!["{\"a\":1}".to_string()]);
+    }
+
+    #[test]
+    fn event_ids_and_the_retry_time_are_kept_for_reopening_the_stream() {
+        let raw = "id: 1\ndata: a\n\n\
+                   retry: 2500\nid: 2\n\n\
+                   id: bad\u{1}\nretry: 1e3\ndata: b\n\n\
+                   id: 3\ndata: c\n";
+        let mut resume = Resume::default();
+        let mut events = Vec::new();
+        read_events_resuming(&mut raw.as_bytes(), &mut resume, |d| {
+            events.push(d.to_owned());
+            true
+        })
+        .unwrap();
+        assert_eq!(events, ["a", "b"]);
+        // An id counts once its event is dispatched, data or not; one that could not go
+        // into a header is ignored, and so is an undispatched one at the end.
+        assert_eq!(
+            resume,
+            Resume {
+                last_id: "2".into(),
+                retry: Some(Duration::from_millis(2500)),
+            }
+        );
+        // The id goes on from one reading of the stream to the next.
+        read_events_resuming(&mut "data: d\n\n".as_bytes(), &mut resume, |d| {
+            events.push(d.to_owned());
+            true
+        })
+        .unwrap();
+        assert_eq!((resume.last_id.as_str(), events.len()), ("2", 3));
     }
 
     #[test]
