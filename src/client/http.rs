@@ -7,15 +7,20 @@
 //! [`IDLE_TIMEOUT`] fails its exchange (event streams and `tasks/result` excepted, which may
 //! rightly stay silent while a task runs), and shutting the client down shuts every open connection
 //! down before the session's `DELETE`, which itself gets [`DELETE_TIMEOUT`].
+//!
+//! The `GET` event stream is opened again whenever it ends while the client is open (see
+//! [`Inner::event_stream`]), waiting between attempts as the server's `retry:` or a doubling
+//! backoff says, and resuming from the last event id; shutting the client down wakes it from
+//! those waits.
 
 use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use serde_json::Value;
 
 use super::transport::{Shared, Transport, MAX_SERVER_MESSAGE};
@@ -42,6 +47,22 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Connect, read and write limit of the `DELETE` that ends a session: it is sent while the
 /// client is dropped, which must not hang on a server that never answers it.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the client waits before it opens the `GET` stream again after a healthy stream
+/// ended (see [`HEALTHY_STREAM`]), unless the server asked for another wait with `retry:`.
+/// The wait doubles after each stream that was not healthy and each attempt that failed,
+/// up to [`MAX_REOPEN_WAIT`], so a server or proxy that keeps ending the stream at once is
+/// not hammered, while one that ends a long-lived stream (a proxy's idle limit) costs
+/// little.
+const FIRST_REOPEN_WAIT: Duration = Duration::from_millis(100);
+
+/// The longest wait between two attempts to open the `GET` stream (a server's `retry:`
+/// may ask for a longer one).
+const MAX_REOPEN_WAIT: Duration = Duration::from_secs(5);
+
+/// A `GET` stream that stayed open this long, or brought a message, was healthy: its end
+/// starts the reopen waits afresh.
+const HEALTHY_STREAM: Duration = Duration::from_secs(10);
 
 /// Where the MCP endpoint is.
 #[derive(Clone, Debug)]
@@ -160,6 +181,85 @@ impl OpenConnections {
 impl Drop for OpenConnection {
     fn drop(&mut self) {
         self.set.state.lock().streams.remove(&self.key);
+    }
+}
+
+/// What the `GET` stream's reader shares with session renewal and shutdown, which both
+/// wake it from its waits.
+#[derive(Default)]
+struct StreamControl {
+    state: Mutex<StreamState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct StreamState {
+    /// How many times a new session replaced a forgotten one: a stream opened before a
+    /// renewal belongs to the forgotten session.
+    renewals: u64,
+    /// The connection of the stream being read, for a renewal to end it: the reader then
+    /// opens the new session's stream, and a session never has two.
+    socket: Option<TcpStream>,
+}
+
+/// Why a wait of the `GET` stream's reader ended.
+#[derive(Debug, PartialEq)]
+enum Wake {
+    /// The client shut down: the reader ends.
+    Closed,
+    /// A new session replaced the one the reader knew.
+    Renewed,
+    /// The wait is over.
+    TimedOut,
+}
+
+impl StreamControl {
+    /// The number of renewals so far.
+    fn renewals(&self) -> u64 {
+        self.state.lock().renewals
+    }
+
+    /// A new session replaced a forgotten one: the stream of the forgotten one ends, and
+    /// the reader opens the new one's.
+    fn renewed(&self) {
+        let mut state = self.state.lock();
+        state.renewals += 1;
+        if let Some(socket) = state.socket.take() {
+            let _ = socket.shutdown(Shutdown::Both);
+        }
+        self.wake.notify_all();
+    }
+
+    /// Wakes the reader once `open` is closed (call after [`OpenConnections::close_all`]).
+    fn closed(&self) {
+        // Notifying under the lock the reader checks `open` under: a reader that saw
+        // `open` still open is already waiting, so the notification reaches it.
+        let _state = self.state.lock();
+        self.wake.notify_all();
+    }
+
+    /// Waits until `open` is closed, a renewal comes after the `seen`th, or `wait` is
+    /// over (`None`: no limit).
+    fn pause(&self, open: &OpenConnections, seen: u64, wait: Option<Duration>) -> Wake {
+        // A `retry:` too long to add to the clock is waited for as having no limit.
+        let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
+        let mut state = self.state.lock();
+        loop {
+            if open.is_closed() {
+                return Wake::Closed;
+            }
+            if state.renewals != seen {
+                return Wake::Renewed;
+            }
+            match deadline {
+                Some(at) => {
+                    if self.wake.wait_until(&mut state, at).timed_out() {
+                        return Wake::TimedOut;
+                    }
+                }
+                None => self.wake.wait(&mut state),
+            }
+        }
     }
 }
 
@@ -530,6 +630,8 @@ struct Inner {
     /// Held while a new session starts, so that requests meeting the same forgotten
     /// session renew it once.
     renewing: Mutex<()>,
+    /// Shared with the `GET` stream's reader (2025-11-25).
+    stream: StreamControl,
 }
 
 /// Streamable HTTP: every message is a POST; 2026-07-28 requests carry the routing headers;
@@ -557,6 +659,7 @@ impl HttpTransport {
                 idle: IDLE_TIMEOUT.max(request_timeout),
                 initialize: Mutex::new(None),
                 renewing: Mutex::new(()),
+                stream: StreamControl::default(),
             }),
         })
     }
@@ -708,7 +811,7 @@ impl Inner {
     }
 
     /// Starts a new session in place of `stale`, unless another request already did.
-    fn renew_session(self: &Arc<Self>, stale: &str) -> Result<(), ClientError> {
+    fn renew_session(&self, stale: &str) -> Result<(), ClientError> {
         let _one_at_a_time = self.renewing.lock();
         if self.session.lock().as_deref() != Some(stale) {
             return Ok(());
@@ -738,21 +841,18 @@ impl Inner {
         };
         *self.session.lock() = Some(session.clone());
         let initialized = jsonrpc::notification("notifications/initialized", serde_json::json!({}));
-        let response = self.post(&initialized)?;
+        let sent = self.post(&initialized);
+        // The event stream's reader goes on in the new session (it waits for this renewal
+        // to end first), however the notification fared: the session is the current one
+        // from now on.
+        self.stream.renewed();
+        let response = sent?;
         if !(200..300).contains(&response.status) {
             let status = response.status;
             let body = response.text().unwrap_or_default();
             return Err(ClientError::Http { status, body });
         }
         log::info!("mcp client: the server forgot session {stale}; continuing in {session}");
-        // The forgotten session's event stream is gone with it.
-        let inner = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("mcp-client-events".into())
-            .spawn(move || inner.event_stream());
-        if let Err(error) = spawned {
-            log::warn!("mcp client: cannot start the event stream reader: {error}");
-        }
         Ok(())
     }
 
@@ -841,45 +941,175 @@ impl Inner {
         }
     }
 
-    /// Reads the session's `GET` event stream until it ends.
+    /// Reads the session's `GET` event stream, and opens it again each time it ends (the
+    /// server, or a proxy with an idle limit, may end it at any time, and the server's
+    /// messages for the session would otherwise be lost), for as long as the client is
+    /// open. It stops for good when the server offers no stream. There is one reader per
+    /// client: after a session renewal it goes on with the new session, so a session never
+    /// has two streams, and a forgotten one is not asked for its stream again.
     fn event_stream(self: &Arc<Self>) {
+        let mut resume = Resume::default();
+        // The renewal count `resume.last_id` belongs to: event ids are the old session's.
+        let mut resume_for = 0;
+        // Failed attempts and unhealthy streams since the last healthy one.
+        let mut failures = 0u32;
+        let mut warned = false;
+        loop {
+            let (session, renewals) = {
+                // A renewal under way ends before the reader asks for the new session's
+                // stream: the server hears `notifications/initialized` first.
+                let _renewal_done = self.renewing.lock();
+                (self.session.lock().clone(), self.stream.renewals())
+            };
+            if renewals != resume_for {
+                resume.last_id.clear();
+                resume_for = renewals;
+            }
+            let wait = match self.read_stream(session.as_deref(), renewals, &mut resume) {
+                Attempt::Ended { healthy } => {
+                    if self.open.is_closed() {
+                        return;
+                    }
+                    warned = false;
+                    failures = if healthy {
+                        0
+                    } else {
+                        failures.saturating_add(1)
+                    };
+                    if self.stream.renewals() == renewals {
+                        log::info!("mcp client: the server ended the event stream; reopening it");
+                    }
+                    Some(reopen_wait(resume.retry, failures))
+                }
+                Attempt::NoStream => return,
+                Attempt::SessionGone => {
+                    // The renewal path owns a forgotten session (a request meeting the
+                    // same 404 starts a new one): wait for it, not to GET in vain.
+                    log::info!(
+                        "mcp client: the server no longer knows session {}; the event \
+                         stream waits for a new session",
+                        session.as_deref().unwrap_or_default()
+                    );
+                    None
+                }
+                Attempt::Renewed => continue,
+                Attempt::Failed(error) => {
+                    if self.open.is_closed() {
+                        return;
+                    }
+                    failures = failures.saturating_add(1);
+                    let wait = reopen_wait(resume.retry, failures);
+                    if warned {
+                        log::debug!(
+                            "mcp client: cannot open the event stream: {error}; trying again \
+                             in {wait:?}"
+                        );
+                    } else {
+                        log::warn!(
+                            "mcp client: cannot open the event stream: {error}; trying again \
+                             until the client closes"
+                        );
+                        warned = true;
+                    }
+                    Some(wait)
+                }
+            };
+            match self.stream.pause(&self.open, renewals, wait) {
+                Wake::Closed => return,
+                // The new session's stream is asked for at once.
+                Wake::Renewed => failures = 0,
+                Wake::TimedOut => {}
+            }
+        }
+    }
+
+    /// Opens the `GET` stream once, in `session` (current after `renewals` renewals), and
+    /// reads it until it ends.
+    fn read_stream(&self, session: Option<&str>, renewals: u64, resume: &mut Resume) -> Attempt {
         let mut headers = vec![
             ("Accept", "text/event-stream".to_owned()),
             ("MCP-Protocol-Version", self.version()),
         ];
-        if let Some(session) = self.session.lock().clone() {
-            headers.push(("Mcp-Session-Id", session));
+        if let Some(session) = session {
+            headers.push(("Mcp-Session-Id", session.to_owned()));
+        }
+        if !resume.last_id.is_empty() {
+            headers.push(("Last-Event-ID", resume.last_id.clone()));
         }
         // Once the client shuts down, the connection is refused a place among the open ones
         // (or shut down with them), so a stream opened late never outlives the client.
         let response = match exchange(&self.endpoint, "GET", &headers, &[], self.link(None)) {
             Ok(response) => response,
-            Err(error) => {
-                if !self.open.is_closed() {
-                    log::warn!("mcp client: cannot open the event stream: {error}");
-                }
-                return;
-            }
+            Err(error) => return Attempt::Failed(error),
         };
-        if response.status != 200
-            || !response.is_event_stream()
-            || response.wait_for_events().is_err()
-        {
+        if response.status == 404 && session.is_some() {
+            return Attempt::SessionGone;
+        }
+        if !(200..300).contains(&response.status) || !response.is_event_stream() {
             log::info!(
                 "mcp client: the server offers no event stream (HTTP {})",
                 response.status
             );
-            return;
+            return Attempt::NoStream;
         }
+        if let Err(error) = response.wait_for_events() {
+            return Attempt::Failed(error);
+        }
+        {
+            let mut state = self.stream.state.lock();
+            if state.renewals != renewals {
+                // A renewal came while this stream opened: it is the forgotten session's.
+                return Attempt::Renewed;
+            }
+            match response.socket.try_clone() {
+                Ok(socket) => state.socket = Some(socket),
+                Err(error) => return Attempt::Failed(error),
+            }
+        }
+        let opened = Instant::now();
+        let mut delivered = false;
         let mut body = response.body;
-        let _ = read_events(&mut body, |data| {
+        let read = read_events_resuming(&mut body, resume, |data| {
+            delivered = true;
             self.shared.incoming_text(data);
             true
         });
-        if !self.open.is_closed() {
-            log::warn!("mcp client: the server ended the event stream");
+        self.stream.state.lock().socket = None;
+        if let Err(error) = read {
+            if !self.open.is_closed() {
+                log::debug!("mcp client: the event stream broke off: {error}");
+            }
+        }
+        Attempt::Ended {
+            healthy: delivered || opened.elapsed() >= HEALTHY_STREAM,
         }
     }
+}
+
+/// How one opening of the `GET` stream went.
+enum Attempt {
+    /// The stream was read until it ended; `healthy` as [`HEALTHY_STREAM`] says.
+    Ended { healthy: bool },
+    /// The server offers no stream (405, or an answer that is not an event stream): the
+    /// reader stops for good.
+    NoStream,
+    /// 404: the server no longer knows the session.
+    SessionGone,
+    /// A renewal came while the stream opened, which was then dropped.
+    Renewed,
+    /// The stream could not be opened (no connection, no answer).
+    Failed(io::Error),
+}
+
+/// The wait before opening the `GET` stream again after `failures` failed attempts or
+/// unhealthy streams in a row: the server's `retry` time (or [`FIRST_REOPEN_WAIT`]),
+/// doubled for each failure, up to [`MAX_REOPEN_WAIT`] (or `retry` if longer).
+fn reopen_wait(retry: Option<Duration>, failures: u32) -> Duration {
+    let first = retry.unwrap_or(FIRST_REOPEN_WAIT);
+    let most = first.max(MAX_REOPEN_WAIT);
+    first
+        .checked_mul(1 << failures.min(16))
+        .map_or(most, |wait| wait.min(most))
 }
 
 impl Transport for HttpTransport {
@@ -919,8 +1149,10 @@ impl Transport for HttpTransport {
 
     fn shutdown(&self) {
         // First the event stream and every request still under way: nobody waits for
-        // them any more, and their threads end as soon as their connections do.
+        // them any more, and their threads end as soon as their connections do (the event
+        // stream's reader as soon as it is woken, if it is waiting to open it again).
         self.inner.open.close_all();
+        self.inner.stream.closed();
         let session = self.inner.session.lock().clone();
         if let Some(session) = session {
             let headers = [
@@ -985,11 +1217,16 @@ mod tests {
     const PAUSE_FOR: Duration = Duration::from_millis(700);
     /// At the end of a scripted response: keep the connection open once it is written.
     const HOLD: &str = "\u{1}hold\u{1}";
+    /// At the end of a scripted response: end it (shut down the server's side) and report
+    /// on `ended` once the client has closed its side, which says the client is done
+    /// with the response.
+    const END: &str = "\u{1}end\u{1}";
 
     /// A scripted Streamable HTTP server on a loopback port: `respond` returns the raw
-    /// response to each request (with [`PAUSE`]s and a final [`HOLD`] if it likes), or
-    /// `None` to keep that connection open and silent. Every request is reported on
-    /// `seen`; the end of a silent or held connection (the client closed it) on `ended`.
+    /// response to each request (with [`PAUSE`]s and a final [`HOLD`] or [`END`] if it
+    /// likes), or `None` to keep that connection open and silent. Every request is
+    /// reported on `seen`; the end of a silent, held or ended connection (the client
+    /// closed it) on `ended`.
     struct FakeServer {
         url: String,
         seen: Receiver<Seen>,
@@ -1058,7 +1295,8 @@ mod tests {
         let response = respond(&request);
         let hold = match &response {
             Some(response) => {
-                for (i, part) in response.trim_end_matches(HOLD).split(PAUSE).enumerate() {
+                let script = response.trim_end_matches(HOLD).trim_end_matches(END);
+                for (i, part) in script.split(PAUSE).enumerate() {
                     if i > 0 {
                         std::thread::sleep(PAUSE_FOR);
                     }
@@ -1066,7 +1304,10 @@ mod tests {
                         return;
                     }
                 }
-                response.ends_with(HOLD)
+                if response.ends_with(END) {
+                    let _ = connection.shutdown(Shutdown::Write);
+                }
+                response.ends_with(HOLD) || response.ends_with(END)
             }
             None => true,
         };
@@ -1124,6 +1365,18 @@ mod tests {
                 Ok(request) if request.method() == method => return request,
                 Ok(_) => continue,
                 Err(_) => panic!("no {method} within 5 s"),
+            }
+        }
+    }
+
+    /// The next request with HTTP method `method` on `channel` within `window`, if any.
+    fn next_within(channel: &Receiver<Seen>, method: &str, window: Duration) -> Option<Seen> {
+        let until = Instant::now() + window;
+        loop {
+            match channel.recv_deadline(until) {
+                Ok(request) if request.method() == method => return Some(request),
+                Ok(_) => continue,
+                Err(_) => return None,
             }
         }
     }
@@ -1519,6 +1772,252 @@ mod tests {
         // Its connection was given up.
         let ended = server.ended.recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!(ended.rpc_method(), Some("ping"));
+    }
+
+    /// An `elicitation/create` request `id` as an SSE event.
+    fn elicitation_event(id: &str) -> String {
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": "elicitation/create",
+                             "params": {"message": "?", "requestedSchema": {"type": "object"}}});
+        format!("data: {request}\n\n")
+    }
+
+    /// A client whose elicitation handler reports each request's key on the channel.
+    fn eliciting_client(server: &FakeServer) -> (Client, Receiver<String>) {
+        let (asked_tx, asked) = crossbeam_channel::unbounded();
+        let client = Client::builder()
+            .on_elicitation(move |request| {
+                let _ = asked_tx.send(request.key.clone());
+                Ok(json!({"action": "decline"}))
+            })
+            .connect_http(&server.url)
+            .unwrap();
+        (client, asked)
+    }
+
+    /// Until the `GET` stream's reader of a transport ends: `jobs` disconnects once
+    /// every holder of the transport's `Shared` is gone, the reader the last of them
+    /// (the caller drops the transport and its own `Shared` first). `false` if it has
+    /// not ended within 5 s.
+    fn reader_ends(jobs: Receiver<Work>) -> bool {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            match jobs.recv_deadline(until) {
+                Ok(_) => continue,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return true,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => return false,
+            }
+        }
+    }
+
+    #[test]
+    fn the_event_stream_is_opened_again_when_the_server_ends_it() {
+        let gets = AtomicUsize::new(0);
+        let server = fake_server(move |request| {
+            if request.method() == "GET" {
+                // The first stream ends after one request, as a proxy's idle limit would
+                // end it; the next one stays open.
+                return Some(match gets.fetch_add(1, Ordering::SeqCst) {
+                    0 => format!("{EVENT_STREAM}id: 7\n{}", elicitation_event("e1")),
+                    _ => format!("{EVENT_STREAM}{}{HOLD}", elicitation_event("e2")),
+                });
+            }
+            // Past the handshake: the client's answers to the elicitations.
+            session_basics(request).or_else(|| Some(empty_reply("202 Accepted")))
+        });
+        let (client, asked) = eliciting_client(&server);
+        let first = next(&server.seen, "GET");
+        assert_eq!(first.header("Last-Event-ID"), None);
+        let wait = Duration::from_secs(5);
+        assert_eq!(asked.recv_timeout(wait).as_deref(), Ok("e1"));
+        let second = next(&server.seen, "GET");
+        assert_eq!(second.header("Mcp-Session-Id"), Some("s1"));
+        assert_eq!(
+            second.header("Last-Event-ID"),
+            Some("7"),
+            "resumes the stream"
+        );
+        assert_eq!(
+            asked.recv_timeout(wait).as_deref(),
+            Ok("e2"),
+            "the reopened stream's request never reached the handler"
+        );
+        within(Duration::from_secs(6), move || drop(client))
+            .expect("dropping the client still blocked after 6 s");
+        next(&server.ended, "GET");
+    }
+
+    #[test]
+    fn a_server_that_offers_no_stream_is_not_asked_again() {
+        // Whether the first GET or a reopening one meets the 405, the reader stops there.
+        for streams_before in [0, 1] {
+            let gets = AtomicUsize::new(0);
+            let server = fake_server(move |request| {
+                assert_eq!(request.method(), "GET");
+                Some(if gets.fetch_add(1, Ordering::SeqCst) < streams_before {
+                    let ask = json!({"jsonrpc": "2.0", "id": "p1", "method": "ping"});
+                    format!("{EVENT_STREAM}data: {ask}\n\n")
+                } else {
+                    empty_reply("405 Method Not Allowed")
+                })
+            });
+            let (transport, shared, jobs) = transport(&server, Revision::V2025, IDLE_TIMEOUT);
+            transport.ready();
+            // Not shut down: the reader must end on its own.
+            drop((transport, shared));
+            assert!(reader_ends(jobs), "the reader still runs after a 405");
+            let gets = server.seen.try_iter().filter(|r| r.method() == "GET");
+            assert_eq!(gets.count(), streams_before + 1, "one GET after the stream");
+        }
+    }
+
+    #[test]
+    fn shutdown_ends_the_event_stream_reader_while_it_waits() {
+        // Waiting to open the stream again: two streams end at once, the second asking
+        // for a wait of ten minutes before the next.
+        let gets = AtomicUsize::new(0);
+        let server = fake_server(move |request| {
+            Some(
+                match (request.method(), gets.fetch_add(1, Ordering::SeqCst)) {
+                    ("GET", 0) => EVENT_STREAM.to_owned(),
+                    ("GET", _) => format!("{EVENT_STREAM}retry: 600000\n\n{END}"),
+                    _ => empty_reply("200 OK"),
+                },
+            )
+        });
+        shut_down_while_waiting(&server, None, 2);
+        // Waiting for a new session, the server having forgotten this one.
+        let server = fake_server(|request| {
+            Some(match request.method() {
+                "GET" => format!("{}{END}", empty_reply("404 Not Found")),
+                _ => empty_reply("200 OK"),
+            })
+        });
+        shut_down_while_waiting(&server, Some("s1"), 1);
+    }
+
+    /// Starts a transport's `GET` stream reader (in `session`), waits until it is done
+    /// with the `gets`th stream's answer (which ends with [`END`]), shuts the transport
+    /// down and checks that the reader ends.
+    fn shut_down_while_waiting(server: &FakeServer, session: Option<&str>, gets: usize) {
+        let (transport, shared, jobs) = transport(server, Revision::V2025, IDLE_TIMEOUT);
+        *transport.inner.session.lock() = session.map(str::to_owned);
+        transport.ready();
+        for _ in 0..gets {
+            next(&server.seen, "GET");
+        }
+        // The reader closed the last answer's connection: it is about to wait, or waiting.
+        next(&server.ended, "GET");
+        within(Duration::from_secs(6), move || {
+            transport.shutdown();
+            drop((transport, shared));
+        })
+        .expect("shutting the transport down still blocked after 6 s");
+        assert!(
+            reader_ends(jobs),
+            "the reader outlived the shutdown (session {session:?})"
+        );
+    }
+
+    #[test]
+    fn reopen_waits_double_up_to_a_cap_and_follow_the_servers_retry() {
+        let waits: Vec<_> = (0..8).map(|n| reopen_wait(None, n)).collect();
+        assert_eq!(waits[0], FIRST_REOPEN_WAIT);
+        assert_eq!(waits[1], 2 * FIRST_REOPEN_WAIT);
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
+        assert_eq!(reopen_wait(None, u32::MAX), MAX_REOPEN_WAIT);
+        let retry = Duration::from_millis(30);
+        assert_eq!(reopen_wait(Some(retry), 0), retry);
+        assert_eq!(reopen_wait(Some(retry), 1), 2 * retry);
+        // A server asking for a long wait gets it, and no longer.
+        let long = Duration::from_secs(60);
+        assert_eq!(reopen_wait(Some(long), 0), long);
+        assert_eq!(reopen_wait(Some(long), 5), long);
+        let endless = Duration::from_millis(u64::MAX);
+        assert_eq!(reopen_wait(Some(endless), 3), endless);
+    }
+
+    #[test]
+    fn a_renewed_session_gets_one_event_stream_and_the_forgotten_one_no_more() {
+        // The server forgets s1 after its first stream ends: s1's GET and ping then meet
+        // a 404, and the next initialize opens s2.
+        let opened = Arc::new(AtomicUsize::new(0));
+        let s1_streams = AtomicUsize::new(0);
+        let opens = opened.clone();
+        let server = fake_server(move |request| {
+            let session = request.header("Mcp-Session-Id");
+            let forgotten = session == Some("s1") && s1_streams.load(Ordering::SeqCst) > 0;
+            match (request.method(), request.rpc_method()) {
+                ("GET", _) if forgotten => Some(empty_reply("404 Not Found")),
+                ("GET", _) if session == Some("s1") => {
+                    s1_streams.fetch_add(1, Ordering::SeqCst);
+                    Some(format!("{EVENT_STREAM}id: 1\n{}", elicitation_event("e1")))
+                }
+                ("GET", _) => Some(format!("{EVENT_STREAM}{}{HOLD}", elicitation_event("e2"))),
+                (_, Some("initialize")) => {
+                    let n = opens.fetch_add(1, Ordering::SeqCst) + 1;
+                    Some(initialized(request, &format!("s{n}")))
+                }
+                ("DELETE", _) => Some(empty_reply("200 OK")),
+                // Only the test's ping is let meet the 404 (the client's answer to e1
+                // may come late, and would renew the session on its own).
+                (_, Some("ping")) if forgotten => Some(empty_reply("404 Not Found")),
+                (_, Some("ping")) => Some(json_reply(
+                    "200 OK",
+                    &json!({"jsonrpc": "2.0", "id": request.body["id"], "result": {}}),
+                    "",
+                )),
+                _ => Some(empty_reply("202 Accepted")),
+            }
+        });
+        let (client, asked) = eliciting_client(&server);
+        let wait = Duration::from_secs(5);
+        assert_eq!(asked.recv_timeout(wait).as_deref(), Ok("e1"));
+        assert_eq!(
+            next(&server.seen, "GET").header("Mcp-Session-Id"),
+            Some("s1")
+        );
+        let gone = next(&server.seen, "GET");
+        assert_eq!(gone.header("Mcp-Session-Id"), Some("s1"));
+        // A 404 to the GET leaves the session to the renewal path: no GET loop on it. (A
+        // bounded window can only show the loop's absence, never fail spuriously.)
+        let quiet = Duration::from_millis(500);
+        if let Some(get) = next_within(&server.seen, "GET", quiet) {
+            panic!("the client asked the forgotten session for its stream again: {get:?}");
+        }
+        client.request("ping", json!({})).unwrap();
+        let mut before = Vec::new();
+        let stream = loop {
+            let request = server
+                .seen
+                .recv_timeout(wait)
+                .expect("no GET after the renewal");
+            if request.method() == "GET" {
+                break request;
+            }
+            before.push(request);
+        };
+        assert_eq!(stream.header("Mcp-Session-Id"), Some("s2"));
+        assert!(
+            before
+                .iter()
+                .any(|r| r.rpc_method() == Some("notifications/initialized")
+                    && r.header("Mcp-Session-Id") == Some("s2")),
+            "s2's stream was asked for before s2 was initialized: {before:?}"
+        );
+        assert_eq!(
+            stream.header("Last-Event-ID"),
+            None,
+            "s1's ids mean nothing to s2"
+        );
+        assert_eq!(asked.recv_timeout(wait).as_deref(), Ok("e2"));
+        // Only one stream for s2 (the renewal starts none of its own), and no other GET.
+        if let Some(get) = next_within(&server.seen, "GET", quiet) {
+            panic!("a second GET after the renewal: {get:?}");
+        }
+        drop(client);
+        let seen: Vec<Seen> = server.seen.try_iter().collect();
+        assert!(seen.iter().all(|r| r.method() != "GET"), "{seen:?}");
+        assert_eq!(opened.load(Ordering::SeqCst), 2);
     }
 
     #[test]

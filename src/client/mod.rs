@@ -245,7 +245,9 @@ impl ClientBuilder {
 
     /// Connects to a Streamable HTTP endpoint (`http://host:port/mcp`; no TLS) and performs
     /// the handshake. On 2025-11-25 the session's `GET` event stream is opened for the
-    /// server's requests, and the session is deleted when the client is dropped.
+    /// server's requests (and opened again, after a short wait, whenever the server or a
+    /// proxy ends it, unless the server offers no stream), and the session is deleted when
+    /// the client is dropped.
     #[cfg(feature = "http")]
     pub fn connect_http(self, url: &str) -> Result<Client, ClientError> {
         let (shared, jobs) = Shared::new();
