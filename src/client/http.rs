@@ -1045,6 +1045,14 @@ impl Inner {
         if response.status == 404 && session.is_some() {
             return Attempt::SessionGone;
         }
+        if response.status == 409 {
+            // A server allowing one stream per session (ours does) may not have noticed
+            // yet that the previous one is gone (a proxy cut it, say): it will, at its
+            // next write to it.
+            return Attempt::Failed(io::Error::other(
+                "HTTP 409: the server still holds the session's previous stream",
+            ));
+        }
         if !(200..300).contains(&response.status) || !response.is_event_stream() {
             log::info!(
                 "mcp client: the server offers no event stream (HTTP {})",
@@ -1097,7 +1105,8 @@ enum Attempt {
     SessionGone,
     /// A renewal came while the stream opened, which was then dropped.
     Renewed,
-    /// The stream could not be opened (no connection, no answer).
+    /// The stream could not be opened (no connection, no answer, or a 409 while the
+    /// server still holds the previous one).
     Failed(io::Error),
 }
 
@@ -1843,6 +1852,33 @@ mod tests {
         );
         within(Duration::from_secs(6), move || drop(client))
             .expect("dropping the client still blocked after 6 s");
+        next(&server.ended, "GET");
+    }
+
+    #[test]
+    fn a_conflict_with_the_previous_stream_is_waited_out() {
+        // The server has not noticed yet that the first stream is gone, and refuses the
+        // second for a while, as ours does.
+        let gets = AtomicUsize::new(0);
+        let server = fake_server(move |request| {
+            assert_eq!(request.method(), "GET");
+            let ask = |id: &str| json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+            Some(match gets.fetch_add(1, Ordering::SeqCst) {
+                0 => format!("{EVENT_STREAM}data: {}\n\n", ask("p1")),
+                1 | 2 => empty_reply("409 Conflict"),
+                _ => format!("{EVENT_STREAM}data: {}\n\n{HOLD}", ask("p2")),
+            })
+        });
+        let (transport, _shared, jobs) = transport(&server, Revision::V2025, IDLE_TIMEOUT);
+        transport.ready();
+        for id in ["p1", "p2"] {
+            match jobs.recv_timeout(Duration::from_secs(5)) {
+                Ok(Work::Request(request)) => assert_eq!(request.id, RequestId::String(id.into())),
+                Ok(Work::Stop) => panic!("stop"),
+                Err(_) => panic!("{id} never arrived"),
+            }
+        }
+        transport.shutdown();
         next(&server.ended, "GET");
     }
 
