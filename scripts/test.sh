@@ -30,6 +30,8 @@ cargo clippy --lib --no-default-features -- -D warnings
 
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --quiet
+# Private items too: their links are what a contributor reads.
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --document-private-items --quiet
 
 step "cargo test (unit, integration and doc tests)"
 cargo test --all-features

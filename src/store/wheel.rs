@@ -11,7 +11,7 @@
 //! begins.
 //!
 //! There is no removal: callers cancel lazily, keeping their own record of what
-//! is still live and ignoring stale items as they come out of [`Wheel::poll`].
+//! is still live and ignoring stale items as they come out of [`Wheel::poll_bounded`].
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -138,7 +138,7 @@ impl<T> Ord for Late<T> {
 /// Millisecond ticks on a monotonic time base that starts at 0.
 ///
 /// Holds items keyed by deadline and hands them back through
-/// [`poll`](Wheel::poll) in deadline order once their time has come; the
+/// [`poll_bounded`](Wheel::poll_bounded) in deadline order once their time has come; the
 /// owner sleeps until [`next_expiration`](Wheel::next_expiration) in between.
 pub(crate) struct Wheel<T> {
     /// The wheel's current time: every deadline `<= elapsed` is in `late`
@@ -247,7 +247,7 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// Adds `item` to come out of [`poll`](Wheel::poll) once `at` is reached.
+    /// Adds `item` to come out of [`poll_bounded`](Wheel::poll_bounded) once `at` is reached.
     ///
     /// O(1) for deadlines at or after [`elapsed`](Wheel::elapsed). A deadline
     /// already in the past is due at the next poll; such items wait in a
