@@ -9,10 +9,12 @@
 //! `input_required`, or outlived the call's deadline.
 //!
 //! - **2025-11-25**: `initialize` + `notifications/initialized`; a task is asked for
-//!   (`params.task`) when the tool's `execution.taskSupport` is `optional` or `required`.
-//!   While it polls, the client holds a `tasks/result` open: the server's
+//!   (`params.task`) when the tool's `execution.taskSupport` is `optional` or `required`
+//!   and the server declared `capabilities.tasks.requests.tools.call` (otherwise the call
+//!   goes plain). While it polls, the client holds a `tasks/result` open: the server's
 //!   `elicitation/create` / `sampling/createMessage` requests (tagged with the related
-//!   task) are answered as they arrive, on stdio or on the HTTP `GET` event stream.
+//!   task) are answered as they arrive, on stdio or on the HTTP `GET` event stream, and
+//!   the answers carry the same related-task `_meta`.
 //! - **SEP-2663** (protocol 2026-07-28): `server/discover`; every request declares the
 //!   tasks extension in its `_meta`, and the server decides whether a call becomes a task.
 //!   A call answered `input_required` (multi-round-trip) is answered through the handlers
@@ -653,6 +655,16 @@ impl Client {
             .map(|support| support.expect("no deadline to miss"))
     }
 
+    /// Whether the server declared task-augmented `tools/call` at `initialize`
+    /// (`capabilities.tasks.requests.tools.call`, 2025-11-25).
+    fn server_takes_tool_tasks(&self) -> bool {
+        self.inner
+            .server
+            .lock()
+            .pointer("/capabilities/tasks/requests/tools/call")
+            .is_some()
+    }
+
     /// [`task_support`](Self::task_support), `Ok(None)` if `deadline` passes first.
     fn task_support_until(
         &self,
@@ -699,6 +711,9 @@ impl Client {
             match self.task_support_until(name, follow.deadline_at())? {
                 None => return Err(follow.deadline_error(None)),
                 Some(TaskSupport::Forbidden) => {}
+                // A server that does not declare task-augmented `tools/call` must not get
+                // one, whatever its tools say: the call goes plain.
+                Some(_) if !self.server_takes_tool_tasks() => {}
                 Some(_) => call = call.as_task(options.task_ttl),
             }
         }

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use super::{ClientError, InputRequest};
 use crate::protocol::jsonrpc::{self, Message, Request, RequestId, Response, RpcError};
 use crate::protocol::lines::{read_line, Line};
-use crate::protocol::v2025::RELATED_TASK;
+use crate::protocol::v2025::{with_related_task_id, RELATED_TASK};
 
 /// A handler for server input requests: gets the request, returns the result to answer.
 pub(crate) type Handler = Arc<dyn Fn(&InputRequest) -> Result<Value, RpcError> + Send + Sync>;
@@ -328,7 +328,13 @@ pub(crate) fn start_dispatcher(
                         }
                     };
                     let message = match outcome {
-                        Ok(result) => jsonrpc::response(&id, result),
+                        // A response related to a task carries it, as the request did.
+                        Ok(result) => match &task_id {
+                            Some(task) => {
+                                jsonrpc::response(&id, with_related_task_id(result, task))
+                            }
+                            None => jsonrpc::response(&id, result),
+                        },
                         Err(error) => jsonrpc::error_response(Some(&id), &error),
                     };
                     if let Err(error) = transport.send(message) {

@@ -36,7 +36,13 @@ pub fn related_task(id: TaskId) -> Value {
 }
 
 /// Adds the related-task entry to an object's `_meta`, keeping what is already there.
-pub fn with_related_task(mut value: Value, id: TaskId) -> Value {
+pub fn with_related_task(value: Value, id: TaskId) -> Value {
+    with_related_task_id(value, &id.to_string())
+}
+
+/// [`with_related_task`] for a task id as the peer wrote it (a client must echo another
+/// server's ids, which need not be UUIDs).
+pub(crate) fn with_related_task_id(mut value: Value, id: &str) -> Value {
     if let Value::Object(object) = &mut value {
         let meta = object
             .entry("_meta")

@@ -19,12 +19,20 @@ enum Act {
     SendThenAnswer(Vec<Value>, Value),
 }
 
-/// The methods of every request and the ids of every response the server got, in order.
+/// The methods of every request, and `response <id> <message>` for every response, the
+/// server got, in order.
 type Log = Arc<Mutex<Vec<String>>>;
 
-fn scripted(mut act: impl FnMut(&str, &Value) -> Act + Send + 'static) -> (UnixStream, Log) {
+fn scripted(act: impl FnMut(&str, &Value) -> Act + Send + 'static) -> (UnixStream, Log) {
+    scripted_into(Log::default(), act)
+}
+
+/// [`scripted`], recording into `log` (which `act` may read too).
+fn scripted_into(
+    log: Log,
+    mut act: impl FnMut(&str, &Value) -> Act + Send + 'static,
+) -> (UnixStream, Log) {
     let (ours, theirs) = UnixStream::pair().unwrap();
-    let log = Log::default();
     let seen = log.clone();
     std::thread::spawn(move || {
         let mut out = theirs.try_clone().unwrap();
@@ -34,7 +42,7 @@ fn scripted(mut act: impl FnMut(&str, &Value) -> Act + Send + 'static) -> (UnixS
             let Some(method) = message["method"].as_str() else {
                 seen.lock()
                     .unwrap()
-                    .push(format!("response {}", message["id"]));
+                    .push(format!("response {} {message}", message["id"]));
                 continue;
             };
             seen.lock().unwrap().push(method.to_owned());
@@ -250,10 +258,89 @@ fn a_panicking_input_handler_answers_with_an_error_and_the_stuck_detector_still_
     let client = connect(builder, stream).unwrap();
     let error = client.call_tool("work", json!({})).unwrap_err();
     assert!(matches!(error, ClientError::Stuck { .. }), "{error}");
-    let log = methods(&log);
     assert!(
-        log.contains(&"response \"e1\"".to_owned()),
-        "the server's request got no answer: {log:?}"
+        answered(&log, "e1").is_some(),
+        "the server's request got no answer: {:?}",
+        methods(&log)
+    );
+}
+
+/// The client's response to server request `id`, if the server got one.
+fn answered(log: &Log, id: &str) -> Option<Value> {
+    let prefix = format!("response \"{id}\" ");
+    log.lock()
+        .unwrap()
+        .iter()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map(|message| serde_json::from_str(message).unwrap())
+}
+
+#[test]
+fn a_server_that_declares_no_task_augmented_tool_calls_gets_plain_ones() {
+    let (calls_tx, calls) = crossbeam_channel::unbounded();
+    let (stream, _) = scripted(move |method, params| match method {
+        "initialize" => Act::Answer(json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"tools": {}, "tasks": {"list": {}}},
+            "serverInfo": {"name": "scripted", "version": "0"}
+        })),
+        "tools/list" => tool_list("optional"),
+        "tools/call" => {
+            calls_tx.send(params.clone()).unwrap();
+            Act::Answer(json!({"content": []}))
+        }
+        _ => Act::Ignore,
+    });
+    let client = connect(Client::builder(), stream).unwrap();
+    let result = within(Duration::from_secs(10), move || {
+        client.call_tool("work", json!({})).unwrap()
+    });
+    assert_eq!(result, json!({"content": []}));
+    let params = calls.try_recv().unwrap();
+    assert!(params.get("task").is_none(), "{params}");
+}
+
+#[test]
+fn answers_to_a_tasks_requests_carry_the_related_task() {
+    let log = Log::default();
+    let seen = log.clone();
+    let asked = Arc::new(Mutex::new(false));
+    let (stream, log) = scripted_into(log, move |method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        "tools/list" => tool_list("required"),
+        "tools/call" => Act::Answer(json!({"task": task("working")})),
+        "tasks/get" if !std::mem::replace(&mut *asked.lock().unwrap(), true) => {
+            Act::SendThenAnswer(
+                vec![
+                    json!({"jsonrpc": "2.0", "id": "e1", "method": "elicitation/create", "params": {
+                        "message": "?", "requestedSchema": {"type": "object"},
+                        "_meta": {"io.modelcontextprotocol/related-task": {"taskId": "t1"}}
+                    }}),
+                ],
+                task("input_required"),
+            )
+        }
+        // The task ends once its question is answered.
+        "tasks/get" if answered(&seen, "e1").is_some() => Act::Answer(task("completed")),
+        "tasks/get" => Act::Answer(task("input_required")),
+        // The held tasks/result stays unanswered: answering it would end the call before
+        // the question is asked. The call then ends by the request timeout.
+        _ => Act::Ignore,
+    });
+    let builder = Client::builder()
+        .request_timeout(Duration::from_millis(500))
+        .on_elicitation(|_| Ok(json!({"action": "accept", "content": {"answer": "42"}})));
+    let client = connect(builder, stream).unwrap();
+    let ended = within(Duration::from_secs(10), move || {
+        client.call_tool("work", json!({})).unwrap_err()
+    });
+    assert!(matches!(ended, ClientError::Timeout { .. }), "{ended}");
+    let answer = answered(&log, "e1").expect("the elicitation was answered");
+    assert_eq!(answer["result"]["action"], "accept", "{answer}");
+    assert_eq!(
+        answer["result"]["_meta"]["io.modelcontextprotocol/related-task"],
+        json!({"taskId": "t1"}),
+        "{answer}"
     );
 }
 
