@@ -22,8 +22,8 @@ USAGE:
     mcp-task-server --demo [OPTIONS]     launch a server and show a conversation with it
 
 Store settings (durations take units: 500ms, 90s, 10m, 2h):
-    --default-ttl DURATION         TTL of tasks that request none [default: unlimited]
-    --max-ttl DURATION             cap on every task's TTL, requested or not [default: none]
+    --default-ttl DURATION|none    TTL of tasks that request none [default: 1h]
+    --max-ttl DURATION|none        cap on every task's TTL, requested or not [default: 24h]
     --poll-interval DURATION       polling interval suggested to clients [default: 1s]
     --page-size N                  tasks per tasks/list page [default: 100]
     --max-tasks N                  most tasks the store holds, finished ones included until
@@ -85,9 +85,29 @@ fn parse_count(flag: &str, value: &str) -> Result<usize, String> {
         .map_err(|_| format!("{flag}: '{value}' is not a whole number"))
 }
 
+/// A duration, or `none` for no limit.
+fn parse_limit(flag: &str, value: &str) -> Result<Option<Duration>, String> {
+    match value {
+        "none" => Ok(None),
+        _ => parse_duration(flag, value).map(Some),
+    }
+}
+
+/// TTL of tasks that request none, unless `--default-ttl` says otherwise. The library keeps
+/// tasks without a TTL forever, as the official SDKs do; a long-running server would then
+/// hold every finished task (and every task of every ended HTTP session) for good, so the
+/// binary follows the spec's advice to prefer short TTLs.
+const DEFAULT_TTL: Duration = Duration::from_secs(3600);
+/// Cap on every TTL, unless `--max-ttl` says otherwise (the spec asks servers to cap it).
+const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, String> {
     let mut options = Options {
-        store: StoreConfig::default(),
+        store: StoreConfig {
+            default_ttl: Some(DEFAULT_TTL),
+            max_ttl: Some(MAX_TTL),
+            ..StoreConfig::default()
+        },
         grace: None,
         remove_on_expiry: false,
         workers: 16,
@@ -144,8 +164,8 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
                 }
             }
             "--promote-after" => options.promote_after = parse_duration(&flag, &value()?)?,
-            "--default-ttl" => options.store.default_ttl = Some(parse_duration(&flag, &value()?)?),
-            "--max-ttl" => options.store.max_ttl = Some(parse_duration(&flag, &value()?)?),
+            "--default-ttl" => options.store.default_ttl = parse_limit(&flag, &value()?)?,
+            "--max-ttl" => options.store.max_ttl = parse_limit(&flag, &value()?)?,
             "--poll-interval" => options.store.poll_interval = parse_duration(&flag, &value()?)?,
             "--page-size" => options.store.page_size = parse_count(&flag, &value()?)?,
             "--max-tasks" => options.store.max_tasks = Some(parse_count(&flag, &value()?)?),

@@ -205,3 +205,56 @@ fn bad_command_lines_are_refused_with_a_message_naming_the_flag() {
         );
     }
 }
+
+/// Runs the binary with `args`, feeds it `requests` (one per line) and returns every
+/// message it printed before it exited at the end of its input.
+fn run_binary(args: &[&str], requests: &[Value]) -> Vec<Value> {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-task-server"))
+        .args(args)
+        .args(["--log", "off"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for request in requests {
+        writeln!(stdin, "{request}").unwrap();
+    }
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+#[test]
+fn the_binary_gives_tasks_a_finite_ttl_unless_told_otherwise() {
+    let call = |ttl: Value| {
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "sleep", "arguments": {"ms": 0}, "task": ttl}})
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"}}});
+    let created_ttl = |args: &[&str], task: Value| {
+        let messages = run_binary(args, &[initialize.clone(), call(task)]);
+        let answer = messages.iter().find(|m| m["id"] == 2).expect("an answer");
+        answer["result"]["task"]["ttl"].clone()
+    };
+    // One hour when none is asked for, at most a day when one is.
+    assert_eq!(created_ttl(&[], json!({})), json!(3_600_000));
+    assert_eq!(
+        created_ttl(&[], json!({"ttl": 172_800_000})),
+        json!(86_400_000)
+    );
+    assert_eq!(created_ttl(&[], json!({"ttl": 60_000})), json!(60_000));
+    // `none` lifts both.
+    let unlimited = ["--default-ttl", "none", "--max-ttl", "none"];
+    assert_eq!(created_ttl(&unlimited, json!({})), Value::Null);
+    assert_eq!(
+        created_ttl(&unlimited, json!({"ttl": 172_800_000})),
+        json!(172_800_000)
+    );
+}
