@@ -8,7 +8,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crossbeam_channel::{Sender, TrySendError};
+use crossbeam_channel::{RecvTimeoutError, Sender, TrySendError};
 use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -45,6 +45,10 @@ pub(crate) fn unsupported_version(version: &str) -> RpcError {
         supported.join(", ")
     ))
 }
+
+/// How often a tool waiting for the client's answer looks whether its task ended, in case
+/// the store event saying so was lost.
+const TASK_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Most `tasks/result` calls one connection may have blocked at once.
 const MAX_BLOCKED_RESULTS: usize = 256;
@@ -604,6 +608,10 @@ impl Connection {
         let (task_id, session, task) = match event {
             StoreEvent::Status { task, session } => (task.task_id, session, Some(task)),
             StoreEvent::Expired { task_id, session } => (*task_id, session, None),
+            StoreEvent::Lagged { missed } => {
+                log::warn!("{missed} store events were lost; checking the tasks followed");
+                return self.resync();
+            }
             _ => return,
         };
         if *session != self.session {
@@ -633,6 +641,46 @@ impl Connection {
         self.pending
             .lock()
             .retain(|_, pending| pending.task != Some(task_id));
+    }
+
+    /// True if `task` is terminal or gone.
+    fn task_ended(&self, task: TaskId) -> bool {
+        self.core
+            .store
+            .get(task, self.session.as_ref())
+            .map_or(true, |t| t.status.is_terminal())
+    }
+
+    /// After store events were lost: the tasks this connection follows or waits on for the
+    /// client are looked up, and the ones that ended are handled as their lost events
+    /// would have been (their final status notified, the requests they wait on ended).
+    fn resync(&self) {
+        let followed: Vec<TaskId> = self.notified.lock().iter().copied().collect();
+        for task_id in followed {
+            match self.core.store.get(task_id, self.session.as_ref()) {
+                Ok(task) if task.status.is_terminal() => {
+                    self.handle_store_event(&StoreEvent::Status {
+                        task,
+                        session: self.session.clone(),
+                    });
+                }
+                Ok(_) => {}
+                Err(_) => self.notified.lock().retain(|id| *id != task_id),
+            }
+        }
+        let waited_on: HashSet<TaskId> = self
+            .pending
+            .lock()
+            .values()
+            .filter_map(|pending| pending.task)
+            .collect();
+        let ended: HashSet<TaskId> = waited_on
+            .into_iter()
+            .filter(|&task| self.task_ended(task))
+            .collect();
+        self.pending
+            .lock()
+            .retain(|_, pending| pending.task.is_none_or(|task| !ended.contains(&task)));
     }
 
     /// Ends every outstanding client request (the transport closed) and cancels the plain
@@ -795,23 +843,28 @@ impl ClientPeer for Connection {
             };
             return Err(RpcError::internal(why));
         }
-        // A task that ended while we were registering would never drop our sender: check.
-        if let Some(task) = task {
-            let ended = self
-                .core
-                .store
-                .get(task, self.session.as_ref())
-                .map(|t| t.status.is_terminal())
-                .unwrap_or(true);
-            if ended {
-                self.pending.lock().remove(&id);
-            }
-        }
-        answer.recv().unwrap_or_else(|_| {
+        let abandoned = || {
             Err(RpcError::new(
                 INTERNAL_ERROR,
                 format!("{method} was abandoned: the task ended or the connection closed"),
             ))
-        })
+        };
+        let Some(task) = task else {
+            return answer.recv().unwrap_or_else(|_| abandoned());
+        };
+        // The task's end normally reaches us as a store event, which drops our sender. A
+        // task that ended while we registered sent it too early, and events can be lost (a
+        // subscriber that falls behind): so the task is also looked at now and then, and
+        // its worker is never held for good by a question nobody will answer.
+        loop {
+            if self.task_ended(task) {
+                self.pending.lock().remove(&id);
+            }
+            match answer.recv_timeout(TASK_CHECK_INTERVAL) {
+                Ok(outcome) => return outcome,
+                Err(RecvTimeoutError::Disconnected) => return abandoned(),
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+        }
     }
 }

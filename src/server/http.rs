@@ -323,6 +323,14 @@ fn route_events(state: &State, events: Receiver<StoreEvent>) {
         }
         let session = match &event {
             StoreEvent::Status { session, .. } | StoreEvent::Expired { session, .. } => session,
+            StoreEvent::Lagged { .. } => {
+                // Nobody knows whose events were lost: every session looks at its tasks.
+                let sessions: Vec<_> = state.sessions.lock().values().cloned().collect();
+                for target in sessions {
+                    target.connection.handle_store_event(&event);
+                }
+                continue;
+            }
             _ => continue,
         };
         let Some(session) = session else { continue };

@@ -546,6 +546,9 @@ impl Outbox {
         while let Some(wake) = m.poll_wake() {
             self.wakes.push(wake);
         }
+        // A subscriber that fell behind hears so once it has room, not only with the next
+        // event: the store may stay quiet, and it must learn it lost some.
+        self.subscribers.retain_mut(report_missed);
         while let Some(event) = m.poll_event() {
             self.subscribers
                 .retain_mut(|subscriber| deliver(subscriber, &event));
@@ -577,20 +580,34 @@ impl Drop for CloseOnDrop {
     }
 }
 
+/// Tells a subscriber that fell behind how many events it missed, if it has room for that
+/// now (it stays behind otherwise); false once it has gone away.
+fn report_missed(subscriber: &mut Subscriber) -> bool {
+    if subscriber.missed == 0 {
+        return true;
+    }
+    let lagged = StoreEvent::Lagged {
+        missed: subscriber.missed,
+    };
+    match subscriber.events.try_send(lagged) {
+        Ok(()) => {
+            subscriber.missed = 0;
+            true
+        }
+        Err(TrySendError::Full(_)) => true,
+        Err(TrySendError::Disconnected(_)) => false,
+    }
+}
+
 /// Sends an event to one subscriber without blocking; false once it has gone away.
 fn deliver(subscriber: &mut Subscriber, event: &StoreEvent) -> bool {
+    if !report_missed(subscriber) {
+        return false;
+    }
     if subscriber.missed > 0 {
-        let lagged = StoreEvent::Lagged {
-            missed: subscriber.missed,
-        };
-        match subscriber.events.try_send(lagged) {
-            Ok(()) => subscriber.missed = 0,
-            Err(TrySendError::Full(_)) => {
-                subscriber.missed += 1;
-                return true;
-            }
-            Err(TrySendError::Disconnected(_)) => return false,
-        }
+        // Still no room: this event is missed too, after the ones already counted.
+        subscriber.missed += 1;
+        return true;
     }
     match subscriber.events.try_send(event.clone()) {
         Ok(()) => true,

@@ -499,6 +499,20 @@ fn a_slow_subscriber_never_blocks_the_store() {
 }
 
 #[test]
+fn a_subscriber_that_fell_behind_hears_so_without_waiting_for_another_event() {
+    let store = Store::builder().event_buffer(4).build().unwrap();
+    let events = store.subscribe().unwrap();
+    for _ in 0..6 {
+        store.create(CreateTask::new()).unwrap();
+    }
+    assert_eq!(events.try_iter().count(), 4);
+    // No event follows, but the next command the owner serves reports the loss.
+    store.sync().unwrap();
+    let after: Vec<StoreEvent> = events.try_iter().collect();
+    assert_eq!(after, vec![StoreEvent::Lagged { missed: 2 }]);
+}
+
+#[test]
 fn an_event_buffer_too_large_to_allocate_is_refused_at_build_not_on_subscribe() {
     // It used to pass validation, then panic the owner thread (or abort the process) in
     // the first subscribe, after which every call answered `Closed`.

@@ -60,7 +60,16 @@ fn progress_tool() -> Tool {
 
 impl Harness {
     fn with_store(store: Option<StoreHandle>, page_size: usize) -> Harness {
-        let mut builder = Server::builder().workers(4);
+        Harness::build(store, page_size, 4)
+    }
+
+    /// A server whose tools run on `workers` threads.
+    fn with_workers(workers: usize) -> Harness {
+        Harness::build(None, 100, workers)
+    }
+
+    fn build(store: Option<StoreHandle>, page_size: usize, workers: usize) -> Harness {
+        let mut builder = Server::builder().workers(workers);
         builder = match store {
             Some(handle) => builder.store(Arc::new(handle)),
             None => builder.store_config(mcp_task_store::StoreConfig {
@@ -683,6 +692,37 @@ fn cancelling_a_task_abandons_its_pending_elicitation() {
         store.wait_terminal(task_id, None, None).unwrap().status,
         mcp_task_store::TaskStatus::Cancelled
     );
+}
+
+#[test]
+fn a_tool_waiting_for_the_client_is_freed_when_its_task_ends_even_if_the_event_is_lost() {
+    // No store events reach this connection at all (nothing pumps them): the task's end
+    // must still free the only worker, which the waiting tool holds.
+    let mut h = Harness::with_workers(1);
+    h.initialize(json!({"elicitation": {}}));
+    let id = h.start("ask", json!({"question": "?"}));
+    h.next_outgoing("elicitation/create");
+    h.result("tasks/cancel", json!({"taskId": id}));
+    let echoed = h.result(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "hi"}}),
+    );
+    assert_eq!(echoed["content"][0]["text"], "hi", "{echoed}");
+}
+
+#[test]
+fn lost_store_events_are_made_up_for_when_the_loss_is_reported() {
+    let mut h = Harness::new();
+    h.initialize(json!({"elicitation": {}}));
+    let id = h.start("ask", json!({"question": "?"}));
+    h.next_outgoing("elicitation/create");
+    h.result("tasks/cancel", json!({"taskId": id}));
+    // The cancel's event was lost; the subscriber then hears that it missed some.
+    h.connection
+        .handle_store_event(&mcp_task_store::StoreEvent::Lagged { missed: 1 });
+    let notified = h.next_outgoing("notifications/tasks/status");
+    assert_eq!(notified["params"]["taskId"], id.as_str(), "{notified}");
+    assert_eq!(notified["params"]["status"], "cancelled", "{notified}");
 }
 
 #[test]
