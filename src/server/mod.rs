@@ -225,7 +225,9 @@ impl Server {
     }
 
     /// A new connection whose outgoing messages (server-to-client requests and
-    /// notifications) go to `outgoing`; `session` scopes the tasks it sees.
+    /// notifications) go to `outgoing`; `session` scopes the tasks it sees. Connections
+    /// with the same session, `None` included, see (and may cancel) each other's tasks:
+    /// give each client its own session unless they trust each other.
     pub fn connect(
         &self,
         outgoing: crossbeam_channel::Sender<serde_json::Value>,
@@ -235,6 +237,9 @@ impl Server {
     }
 
     /// Serves MCP over this process's stdin and stdout until stdin closes.
+    ///
+    /// The connection is sessionless, as stdio has one client per server process; a
+    /// journaled store's tasks are then visible again to the client after a restart.
     pub fn serve_stdio(&self) -> std::io::Result<()> {
         let stdin = std::io::stdin();
         stdio::serve(self, stdin.lock(), std::io::stdout())
@@ -242,6 +247,10 @@ impl Server {
 
     /// Serves MCP over any line-oriented reader and writer (newline-delimited JSON-RPC)
     /// until the reader reaches its end.
+    ///
+    /// Like [`serve_stdio`](Self::serve_stdio), the connection is sessionless: two calls
+    /// on one `Server` serve clients that see each other's tasks. To keep several clients
+    /// apart, [`connect`](Self::connect) each with a session of its own.
     pub fn serve_lines(
         &self,
         input: impl std::io::BufRead,
