@@ -7,7 +7,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{StoreMachine, WakeOutcome};
-use crate::model::{CreateTask, LimitScope, Outcome, SessionId, StoreEvent, TaskId, TaskStatus};
+use crate::model::{
+    CreateTask, LimitScope, Outcome, SessionId, StoreEvent, TaskId, TaskStatus, Timestamp,
+};
 use crate::store::clock::{Millis, Now};
 use crate::store::config::{ExpiryPolicy, StoreConfig};
 use crate::StoreError;
@@ -483,6 +485,91 @@ fn repeated_handle_timeout_calls_are_harmless() {
     );
 }
 
+#[test]
+fn tasks_with_different_ttls_fire_their_cancel_tokens_independently() {
+    let mut m = machine(config());
+    m.create(at(0), id(1), CreateTask::new().ttl(100)).unwrap();
+    m.create(at(0), id(2), CreateTask::new().ttl(200)).unwrap();
+    let short = m.cancel_token(at(0), id(1), None).unwrap();
+    let long = m.cancel_token(at(0), id(2), None).unwrap();
+    m.handle_timeout(at(100), usize::MAX);
+    assert!(
+        short.is_cancelled(),
+        "the 100 ms task's worker is told to stop"
+    );
+    assert!(!long.is_cancelled(), "the 200 ms task still runs");
+    m.handle_timeout(at(200), usize::MAX);
+    assert!(short.is_cancelled());
+    assert!(
+        long.is_cancelled(),
+        "the 200 ms task's worker is told at 200"
+    );
+}
+
+#[test]
+fn a_one_ms_default_ttl_is_accepted_echoed_and_expires_after_one_ms() {
+    let mut m = machine(StoreConfig {
+        default_ttl: Some(Duration::from_millis(1)),
+        ..config()
+    });
+    let task = m.create(at(0), id(1), CreateTask::new()).unwrap();
+    assert_eq!(task.ttl, Some(1));
+    assert_eq!(
+        m.get(at(0), id(1), None).unwrap().status,
+        TaskStatus::Working
+    );
+    assert_eq!(
+        m.get(at(1), id(1), None).unwrap().status,
+        TaskStatus::Failed,
+        "the default policy fails it at its deadline"
+    );
+}
+
+#[test]
+fn a_task_failed_by_expiry_is_gettable_and_listed_during_its_grace() {
+    let mut m = machine(StoreConfig {
+        expiry: ExpiryPolicy::Fail {
+            grace: Duration::from_millis(500),
+        },
+        ..config()
+    });
+    m.create(at(0), id(1), CreateTask::new().ttl(100)).unwrap();
+    create(&mut m, 0, 2);
+    m.handle_timeout(at(100), usize::MAX);
+    assert_eq!(
+        m.get(at(300), id(1), None).unwrap().status,
+        TaskStatus::Failed
+    );
+    let page = m.list(at(300), None, None).unwrap();
+    let listed: Vec<_> = page.tasks.iter().map(|t| (t.task_id, t.status)).collect();
+    assert_eq!(
+        listed,
+        vec![(id(1), TaskStatus::Failed), (id(2), TaskStatus::Working)]
+    );
+}
+
+#[test]
+fn a_ttl_of_u64_max_ms_is_kept_and_its_deadline_arithmetic_never_overflows() {
+    let mut m = machine(config());
+    let task = m
+        .create(at(5), id(1), CreateTask::new().ttl(u64::MAX))
+        .unwrap();
+    assert_eq!(task.ttl, Some(u64::MAX));
+    let far = u64::MAX / 2;
+    assert!(!m.handle_timeout(at(far), usize::MAX));
+    let later = m.get(at(far), id(1), None).unwrap();
+    assert_eq!(later.status, TaskStatus::Working);
+    assert_eq!(later.ttl, Some(u64::MAX));
+    assert_eq!(m.list(at(far), None, None).unwrap().tasks, vec![later]);
+    // At the very end of the clock's range the saturated deadline (and the grace after
+    // it) is reached: expiry runs there without overflowing either.
+    let end = Now {
+        mono: Millis(u64::MAX),
+        wall: Timestamp(u64::MAX),
+    };
+    assert!(!m.handle_timeout(end, usize::MAX));
+}
+
 // ----- get ------------------------------------------------------------------------------
 
 #[test]
@@ -762,6 +849,26 @@ fn get_result_of_a_running_task_reports_no_result() {
 }
 
 #[test]
+fn get_result_can_be_read_again_with_the_same_outcome() {
+    // Not read-once (unlike rust-sdk#638): a retried tasks/result gets the same answer.
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.store_result(
+        at(1),
+        id(1),
+        None,
+        TaskStatus::Completed,
+        result(json!({"v": 1})),
+        None,
+    )
+    .unwrap();
+    let first = m.get_result(at(2), id(1), None).unwrap();
+    let second = m.get_result(at(3), id(1), None).unwrap();
+    assert_eq!(first.outcome, result(json!({"v": 1})));
+    assert_eq!(second, first);
+}
+
+#[test]
 fn store_result_on_a_missing_task_is_not_found() {
     let mut m = machine(config());
     assert_eq!(
@@ -830,6 +937,22 @@ fn cancelling_one_task_does_not_touch_others() {
     assert_eq!(
         m.get(at(1), id(2), None).unwrap().status,
         TaskStatus::Working
+    );
+}
+
+#[test]
+fn cancel_clears_pending_input_requests() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(1), id(1), None, requests(&["a", "b"]))
+        .unwrap();
+    m.cancel(at(2), id(1), None, None).unwrap();
+    let detail = m.get_detail(at(3), id(1), None).unwrap();
+    assert_eq!(detail.task.status, TaskStatus::Cancelled);
+    assert!(
+        detail.input_requests.is_empty(),
+        "{:?}",
+        detail.input_requests
     );
 }
 
@@ -1389,6 +1512,51 @@ fn input_request_keys_cannot_be_reused_over_the_task_life() {
 }
 
 #[test]
+fn a_task_may_use_ten_thousand_input_keys_and_a_call_past_that_is_refused_whole() {
+    let keys = |range: std::ops::Range<usize>| -> BTreeMap<String, Value> {
+        range.map(|k| (format!("k{k}"), json!({}))).collect()
+    };
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(1), id(1), None, keys(0..9_999))
+        .unwrap();
+    // Two keys would make 10,001: neither is applied.
+    let err = m
+        .set_input_requests(at(2), id(1), None, keys(9_999..10_001))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::InvalidArgument(_)), "{err:?}");
+    let detail = m.get_detail(at(2), id(1), None).unwrap();
+    assert_eq!(detail.input_requests.len(), 9_999);
+    assert!(!detail.input_requests.contains_key("k9999"));
+    assert_eq!(detail.task.last_updated_at, at(1).wall);
+    // The 10,000th key is accepted, the 10,001st refused.
+    m.set_input_requests(at(3), id(1), None, keys(9_999..10_000))
+        .unwrap();
+    let err = m
+        .set_input_requests(at(4), id(1), None, keys(10_000..10_001))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::InvalidArgument(_)), "{err:?}");
+    let detail = m.get_detail(at(4), id(1), None).unwrap();
+    assert_eq!(detail.input_requests.len(), 10_000);
+    assert!(!detail.input_requests.contains_key("k10000"));
+}
+
+#[test]
+fn resolving_an_unknown_input_key_emits_no_event() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1); // no input request ever
+    create(&mut m, 0, 2);
+    m.set_input_requests(at(1), id(2), None, requests(&["a"]))
+        .unwrap();
+    m.set_events_enabled(true);
+    for n in [1, 2] {
+        m.resolve_input(at(2), id(n), None, responses(&[("nope", json!(0))]))
+            .unwrap();
+    }
+    assert_eq!(m.poll_event(), None);
+}
+
+#[test]
 fn terminal_tasks_are_never_revived_by_input_requests() {
     let mut m = machine(config());
     create(&mut m, 0, 1);
@@ -1539,6 +1707,21 @@ fn waiting_on_a_terminal_task_answers_at_once() {
         [(1, WakeOutcome::Terminal(Ok(task)))] => assert_eq!(task.status, TaskStatus::Completed),
         other => panic!("unexpected {other:?}"),
     }
+}
+
+#[test]
+fn waiting_on_an_unknown_task_is_not_found() {
+    let mut m = machine(config());
+    m.wait_terminal(at(0), id(42), None, None, 1);
+    m.wait_input(at(0), id(42), None, "a", None, 2);
+    assert_eq!(
+        wakes(&mut m),
+        vec![
+            (1, WakeOutcome::Terminal(Err(StoreError::NotFound))),
+            (2, WakeOutcome::Input(Err(StoreError::NotFound))),
+        ]
+    );
+    assert_eq!(m.stats().waiters, 0, "nobody is parked on a missing task");
 }
 
 #[test]
