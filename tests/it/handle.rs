@@ -688,3 +688,124 @@ fn reads_are_answered_while_the_owner_thread_is_busy() {
     reader.join().unwrap();
     assert_eq!(blocked.join().unwrap().unwrap().tasks, 1);
 }
+
+#[test]
+fn shutdown_returns_ok_with_tasks_and_timers_pending() {
+    let store = Store::builder().build().unwrap();
+    for ttl in [60_000, 3_600_000] {
+        store.create(CreateTask::new().ttl(ttl)).unwrap();
+    }
+    let id = store.create(CreateTask::new()).unwrap().task_id;
+    let waiter = {
+        let handle = store.handle();
+        thread::spawn(move || handle.wait_terminal(id, None, Some(Duration::from_secs(3600))))
+    };
+    until_parked(&store, 1);
+    let stats = store.stats().unwrap();
+    assert_eq!((stats.tasks, stats.waiters, stats.timers), (3, 1, 3));
+    let late = store.handle();
+    assert_eq!(store.shutdown(), Ok(()));
+    assert_eq!(waiter.join().unwrap(), Err(StoreError::Closed));
+    assert_eq!(late.get(id, None), Err(StoreError::Closed));
+}
+
+/// Reads served during a mass expiry, while the owner thread reclaims in batches, never show
+/// a task past its TTL as live: each read is either settled by the owner or sees it settled.
+#[test]
+fn reads_during_a_mass_expiry_never_show_a_task_past_its_ttl() {
+    const TASKS: usize = 20_000;
+    const READERS: usize = 3;
+    const READS: usize = 2_000;
+    for policy in [ExpiryPolicy::default(), ExpiryPolicy::Remove] {
+        let clock = ManualClock::new();
+        let store = Store::builder()
+            .clock(clock.clone())
+            .expiry(policy)
+            .build()
+            .unwrap();
+        let ids: Arc<Vec<TaskId>> = Arc::new(
+            (0..TASKS)
+                .map(|_| store.create(CreateTask::new().ttl(1_000)).unwrap().task_id)
+                .collect(),
+        );
+        clock.advance(Duration::from_millis(1_000));
+        // Nothing has run on the owner thread since: every task is due and none reclaimed.
+        let start = Arc::new(Barrier::new(READERS));
+        let readers: Vec<_> = (0..READERS)
+            .map(|r| {
+                let handle = store.handle();
+                let ids = ids.clone();
+                let start = start.clone();
+                thread::spawn(move || {
+                    let mut seed = 0x9e37_79b9_7f4a_7c15_u64 ^ (r as u64 + 1);
+                    start.wait();
+                    for _ in 0..READS {
+                        // xorshift64: a cheap spread over the ids, deterministic per reader.
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        let id = ids[(seed % TASKS as u64) as usize];
+                        match (policy, handle.get(id, None)) {
+                            (ExpiryPolicy::Remove, Err(StoreError::NotFound)) => {}
+                            (ExpiryPolicy::Fail { .. }, Ok(task))
+                                if task.status == TaskStatus::Failed => {}
+                            (_, other) => panic!("{policy:?}: {id} read as {other:?}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        for reader in readers {
+            reader.join().unwrap();
+        }
+        store.sync().unwrap();
+        let left = match policy {
+            ExpiryPolicy::Remove => 0,
+            ExpiryPolicy::Fail { .. } => TASKS, // failed, lingering for the grace period
+        };
+        assert_eq!(store.stats().unwrap().tasks, left, "{policy:?}");
+    }
+}
+
+#[test]
+fn every_listing_walk_during_concurrent_updates_has_each_task_exactly_once() {
+    const TASKS: usize = 20;
+    const UPDATERS: usize = 2;
+    const WALKS: usize = 300;
+    let store = Store::builder().page_size(3).build().unwrap();
+    let created: HashSet<TaskId> = (0..TASKS)
+        .map(|_| store.create(CreateTask::new()).unwrap().task_id)
+        .collect();
+    let ids: Arc<Vec<TaskId>> = Arc::new(created.iter().copied().collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let updaters: Vec<_> = (0..UPDATERS)
+        .map(|u| {
+            let handle = store.handle();
+            let ids = ids.clone();
+            let stop = stop.clone();
+            thread::spawn(move || {
+                let mut updates = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let id = ids[(updates * UPDATERS + u) % ids.len()];
+                    let message = format!("updater {u}, update {updates}");
+                    let task = handle
+                        .update_status(id, None, TaskStatus::Working, Some(message))
+                        .unwrap();
+                    assert_eq!(task.status, TaskStatus::Working);
+                    updates += 1;
+                }
+                updates
+            })
+        })
+        .collect();
+    for n in 0..WALKS {
+        let walked = walk(&store, None);
+        let unique: HashSet<TaskId> = walked.iter().copied().collect();
+        assert_eq!(walked.len(), TASKS, "walk {n}: {walked:?}");
+        assert_eq!(unique, created, "walk {n}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for updater in updaters {
+        assert!(updater.join().unwrap() > 0, "every updater ran");
+    }
+}
