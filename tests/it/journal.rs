@@ -202,6 +202,22 @@ fn a_ttl_that_passed_while_the_process_was_down_expires_at_start() {
 }
 
 #[test]
+fn a_task_with_a_u64_max_ttl_survives_a_restart_with_the_same_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = {
+        let store = open(dir.path());
+        let task = store.create(CreateTask::new().ttl(u64::MAX)).unwrap();
+        assert_eq!(task.ttl, Some(u64::MAX));
+        task
+    };
+    let store = open(dir.path());
+    store.sync().unwrap();
+    let after = store.get(before.task_id, None).unwrap();
+    assert_eq!(after, before, "same task, same ttl, still working");
+    assert_eq!(store.stats().unwrap().tasks, 1);
+}
+
+#[test]
 fn a_torn_tail_is_dropped_and_the_journal_keeps_working() {
     let dir = tempfile::tempdir().unwrap();
     let id = open(dir.path()).create(CreateTask::new()).unwrap().task_id;

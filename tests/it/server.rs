@@ -535,6 +535,29 @@ fn tasks_list_pages_with_an_opaque_cursor() {
 }
 
 #[test]
+fn a_task_past_the_store_limit_is_a_clear_internal_error() {
+    let store = Store::builder().max_tasks(1).build().unwrap();
+    let mut h = Harness::with_store(Some(store.handle()), 100);
+    h._store = Some(store);
+    let first = h.start("sleep", json!({"ms": 600_000}));
+    let response = h.request(
+        "tools/call",
+        json!({"name": "sleep", "arguments": {"ms": 1}, "task": {"ttl": 60000}}),
+    );
+    assert_eq!(response["error"]["code"], -32603, "{response}");
+    assert_eq!(
+        response["error"]["message"], "Maximum number of tasks (1) reached",
+        "{response}"
+    );
+    // The refusal changed nothing: the first task runs on, and the server keeps serving.
+    assert_eq!(
+        h.result("tasks/get", json!({"taskId": first}))["status"],
+        "working"
+    );
+    h.result("tasks/cancel", json!({"taskId": first}));
+}
+
+#[test]
 fn cancel_stops_the_worker_and_a_second_cancel_is_invalid_params() {
     let mut h = Harness::new();
     let id = h.start("sleep", json!({"ms": 600_000}));
