@@ -134,10 +134,17 @@ pub fn result_would_block(
     session: Option<&SessionId>,
     params: Option<&Value>,
 ) -> bool {
-    let Ok(id) = task_id(params.cloned()) else {
-        return false;
-    };
-    matches!(store.get(id, session), Ok(task) if !task.status.is_terminal())
+    blocking_result_task(store, session, params).is_some()
+}
+
+/// The task a `tasks/result` would wait for (see [`result_would_block`]), if any.
+pub(crate) fn blocking_result_task(
+    store: &dyn TaskStore,
+    session: Option<&SessionId>,
+    params: Option<&Value>,
+) -> Option<TaskId> {
+    let id = task_id(params.cloned()).ok()?;
+    matches!(store.get(id, session), Ok(task) if !task.status.is_terminal()).then_some(id)
 }
 
 fn get(

@@ -50,6 +50,10 @@ pub(crate) fn unsupported_version(version: &str) -> RpcError {
 /// the store event saying so was lost.
 const TASK_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How long a waiting `tasks/result` waits before it looks whether its client gave up on
+/// it: the longest a cancelled call keeps its place and thread.
+const RESULT_WAIT_SLICE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Most `tasks/result` calls one connection may have blocked at once.
 const MAX_BLOCKED_RESULTS: usize = 256;
 
@@ -79,6 +83,9 @@ pub struct Connection {
     /// can stop them. (Not SEP-2663 calls: over HTTP their connection is shared by every
     /// stateless client, whose request ids may collide.)
     inline_runs: Mutex<HashMap<RequestId, Arc<Binding>>>,
+    /// `tasks/result` calls waiting on threads of their own, by request id, each with the
+    /// flag that `notifications/cancelled` (or closing) raises to end its wait.
+    waiting_results: Mutex<HashMap<RequestId, Arc<AtomicBool>>>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -128,6 +135,7 @@ impl Connection {
             tasks_negotiated: AtomicBool::new(true),
             closed: AtomicBool::new(false),
             inline_runs: Mutex::new(HashMap::new()),
+            waiting_results: Mutex::new(HashMap::new()),
         })
     }
 
@@ -165,9 +173,10 @@ impl Connection {
     }
 
     /// `notifications/cancelled`: tells a plain call still running that its client gave up
-    /// on it ([`TaskContext::is_cancelled`], and its `sleep` wakes). Its answer is still
-    /// sent, and the client ignores it. A task is never cancelled this way: that takes
-    /// `tasks/cancel`.
+    /// on it ([`TaskContext::is_cancelled`], and its `sleep` wakes), and ends a waiting
+    /// `tasks/result` within [`RESULT_WAIT_SLICE`], which gives its place and thread back.
+    /// Their answers are still sent, and the client ignores them. A task is never
+    /// cancelled this way: that takes `tasks/cancel`.
     fn cancel_request(&self, params: Option<Value>) {
         #[derive(Deserialize)]
         #[serde(rename_all = "camelCase")]
@@ -180,6 +189,10 @@ impl Connection {
         let run = self.inline_runs.lock().get(&request_id).cloned();
         if run.is_some_and(|binding| binding.cancel_inline()) {
             log::info!("request {request_id} cancelled by the client");
+        }
+        if let Some(abandoned) = self.waiting_results.lock().get(&request_id) {
+            abandoned.store(true, Ordering::Release);
+            log::info!("tasks/result {request_id} cancelled by the client");
         }
     }
 
@@ -211,7 +224,7 @@ impl Connection {
             m if !tasks && v2025::is_tasks_method(m) => {
                 reply.send(Err(RpcError::method_not_found(m)))
             }
-            "tasks/result" => self.tasks_result(params, reply),
+            "tasks/result" => self.tasks_result(request_id, params, reply),
             m if v2025::is_tasks_method(m) => {
                 let store = self.core.store.as_ref();
                 let outcome = v2025::handle(store, self.session.as_ref(), m, params);
@@ -562,14 +575,14 @@ impl Connection {
     /// `tasks/result` blocks until the task ends, so it waits on its own thread and never
     /// holds up the connection's reader. Most calls come after the task ended (clients poll
     /// `tasks/get` first) and are answered here, without starting a thread.
-    fn tasks_result(self: &Arc<Self>, params: Option<Value>, reply: Reply) {
+    fn tasks_result(self: &Arc<Self>, request: RequestId, params: Option<Value>, reply: Reply) {
         let store = self.core.store.as_ref();
         let session = self.session.as_ref();
-        if !v2025::result_would_block(store, session, params.as_ref()) {
+        let Some(task) = v2025::blocking_result_task(store, session, params.as_ref()) else {
             let outcome = v2025::handle(store, session, "tasks/result", params);
             return reply.send(outcome.expect("tasks/result is a tasks method"));
-        }
-        let Some(place) = WaitingPlace::take(self) else {
+        };
+        let Some(place) = WaitingPlace::take(self, request) else {
             return reply.send(Err(RpcError::internal(
                 "too many tasks/result calls waiting",
             )));
@@ -577,9 +590,23 @@ impl Connection {
         let spawned = std::thread::Builder::new()
             .name("mcp-tasks-result".into())
             .spawn(move || {
-                let connection = &place.0;
+                let connection = place.connection.clone();
                 let store = connection.core.store.as_ref();
                 let session = connection.session.as_ref();
+                // Waits in slices, so that a call its client cancelled (or whose
+                // connection closed) gives its place and thread back.
+                loop {
+                    match store.wait_terminal(task, session, Some(RESULT_WAIT_SLICE)) {
+                        Err(StoreError::Timeout) if place.abandoned() => {
+                            drop(place);
+                            return reply.send(Err(RpcError::internal(
+                                "tasks/result was cancelled by the client",
+                            )));
+                        }
+                        Err(StoreError::Timeout) => continue,
+                        _ => break,
+                    }
+                }
                 let outcome = v2025::handle(store, session, "tasks/result", params)
                     .expect("tasks/result is a tasks method");
                 drop(place);
@@ -690,9 +717,13 @@ impl Connection {
         self.closed.store(true, Ordering::SeqCst);
         self.pending.lock().clear();
         self.notified.lock().clear();
-        // Nobody will read their answers: let plain calls stop and free their workers.
+        // Nobody will read their answers: let plain calls stop and free their workers, and
+        // waiting tasks/result calls their threads.
         for binding in self.inline_runs.lock().values() {
             binding.cancel_inline();
+        }
+        for abandoned in self.waiting_results.lock().values() {
+            abandoned.store(true, Ordering::Release);
         }
     }
 
@@ -708,11 +739,16 @@ impl Connection {
 }
 
 /// A place among the `tasks/result` calls that may wait at once, on its connection and on
-/// the server; given back when dropped.
-struct WaitingPlace(Arc<Connection>);
+/// the server, held by the call with request id `request`; given back when dropped.
+struct WaitingPlace {
+    connection: Arc<Connection>,
+    request: RequestId,
+    /// Raised when the client cancels the call or the connection closes.
+    abandoned: Arc<AtomicBool>,
+}
 
 impl WaitingPlace {
-    fn take(connection: &Arc<Connection>) -> Option<WaitingPlace> {
+    fn take(connection: &Arc<Connection>, request: RequestId) -> Option<WaitingPlace> {
         let core = &connection.core;
         if !claim(&connection.blocked_results, MAX_BLOCKED_RESULTS) {
             return None;
@@ -721,14 +757,46 @@ impl WaitingPlace {
             connection.blocked_results.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
-        Some(WaitingPlace(connection.clone()))
+        // `close` sets its flag before it raises the registered ones: a call registered
+        // after that sees the flag here.
+        let abandoned = Arc::new(AtomicBool::new(false));
+        connection
+            .waiting_results
+            .lock()
+            .insert(request.clone(), abandoned.clone());
+        if connection.closed.load(Ordering::SeqCst) {
+            abandoned.store(true, Ordering::Release);
+        }
+        Some(WaitingPlace {
+            connection: connection.clone(),
+            request,
+            abandoned,
+        })
+    }
+
+    fn abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Acquire)
     }
 }
 
 impl Drop for WaitingPlace {
     fn drop(&mut self) {
-        self.0.blocked_results.fetch_sub(1, Ordering::AcqRel);
-        self.0.core.waiting_results.fetch_sub(1, Ordering::AcqRel);
+        let connection = &self.connection;
+        {
+            // Unless a newer call reused the request id meanwhile.
+            let mut waiting = connection.waiting_results.lock();
+            if waiting
+                .get(&self.request)
+                .is_some_and(|flag| Arc::ptr_eq(flag, &self.abandoned))
+            {
+                waiting.remove(&self.request);
+            }
+        }
+        connection.blocked_results.fetch_sub(1, Ordering::AcqRel);
+        connection
+            .core
+            .waiting_results
+            .fetch_sub(1, Ordering::AcqRel);
     }
 }
 

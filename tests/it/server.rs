@@ -438,6 +438,55 @@ fn waiting_tasks_result_calls_are_bounded_across_connections() {
 }
 
 #[test]
+fn a_waiting_tasks_result_the_client_cancels_gives_its_place_back() {
+    use mcp_task_store::CreateTask;
+    let store = Store::builder().build().unwrap();
+    let handle = store.handle();
+    let server = Server::builder()
+        .store(Arc::new(store.handle()))
+        .max_waiting_results(1)
+        .build()
+        .unwrap();
+    let connection = server.connect(crossbeam_channel::unbounded().0, None);
+    let (answers_tx, answers) = crossbeam_channel::unbounded();
+    let send = |message: Value| {
+        let answers_tx = answers_tx.clone();
+        connection.handle_text(
+            &message.to_string(),
+            Box::new(move |v| answers_tx.send(v).unwrap()),
+        );
+    };
+    let live = handle
+        .create(CreateTask::new())
+        .unwrap()
+        .task_id
+        .to_string();
+    send(
+        json!({"jsonrpc": "2.0", "id": "a", "method": "tasks/result",
+                "params": {"taskId": live}}),
+    );
+    send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": "a"}}),
+    );
+    // The cancelled call stops waiting (it used to wait for as long as the task ran)...
+    let cancelled = answers.recv_timeout(WAIT).expect("the cancelled call ends");
+    assert_eq!(cancelled["id"], "a", "{cancelled}");
+    // ...and its place is free again: the next call waits rather than being refused.
+    send(
+        json!({"jsonrpc": "2.0", "id": "b", "method": "tasks/result",
+                "params": {"taskId": live}}),
+    );
+    handle.cancel(live.parse().unwrap(), None, None).unwrap();
+    let answer = answers.recv_timeout(WAIT).expect("an answer");
+    assert_eq!(answer["id"], "b", "{answer}");
+    assert_eq!(
+        answer["error"]["code"], -32602,
+        "the task's end, not a refusal: {answer}"
+    );
+}
+
+#[test]
 fn an_is_error_result_fails_the_task_but_tasks_result_returns_it() {
     let mut h = Harness::new();
     let id = h.start("fail", json!({"ms": 1}));
