@@ -710,8 +710,10 @@ fn status_changes_are_notified() {
 
 #[test]
 fn ask_elicits_through_the_client_and_completes_with_the_answer() {
+    use mcp_task_store::{StoreEvent, TaskStatus};
     let mut h = Harness::new();
     let _pump = h.pump_events();
+    let events = h.server.store().subscribe().unwrap();
     h.initialize(json!({"elicitation": {"form": {}}}));
     let id = h.start("ask", json!({"question": "Meaning of life?"}));
     let elicitation = h.next_outgoing("elicitation/create");
@@ -731,6 +733,25 @@ fn ask_elicits_through_the_client_and_completes_with_the_answer() {
     );
     let result = h.result("tasks/result", json!({"taskId": id}));
     assert_eq!(result["content"][0]["text"], "answer: 42");
+    // The task went back to working once its input arrived, then completed.
+    let mut statuses = Vec::new();
+    while statuses.last() != Some(&TaskStatus::Completed) {
+        match events.recv_timeout(WAIT).expect("a store event") {
+            StoreEvent::Status { task, .. } if task.task_id.to_string() == id => {
+                statuses.push(task.status)
+            }
+            _ => {}
+        }
+    }
+    let asked = statuses
+        .iter()
+        .position(|s| *s == TaskStatus::InputRequired)
+        .expect("input was asked for");
+    assert_eq!(
+        statuses[asked + 1..],
+        [TaskStatus::Working, TaskStatus::Completed],
+        "{statuses:?}"
+    );
 }
 
 #[test]
@@ -831,6 +852,15 @@ fn a_task_that_outlives_its_ttl_fails_and_its_tool_stops() {
         json!({"name": "echo", "arguments": {"text": "free"}}),
     );
     assert_eq!(echoed, text_result("free"));
+    // Past the grace period the tasks are gone: -32602 everywhere, like unknown ids.
+    clock.advance(Duration::from_secs(30));
+    for method in ["tasks/get", "tasks/result", "tasks/cancel"] {
+        assert_eq!(
+            h.error_code(method, json!({"taskId": ids[1]})),
+            -32602,
+            "{method}"
+        );
+    }
 }
 
 // ----- SEP-2663 (protocol 2026-07-28) --------------------------------------------------
@@ -1060,6 +1090,17 @@ fn cancel_is_acknowledged_and_idempotent() {
         json!({"taskId": "5c1e0000-0000-4000-8000-000000000001"}),
     );
     assert_eq!(unknown["error"]["code"], -32602);
+}
+
+#[test]
+fn updating_an_unknown_task_is_invalid_params() {
+    let mut h = Harness::new();
+    let unknown = h.task_2026(
+        "tasks/update",
+        json!({"taskId": "5c1e0000-0000-4000-8000-000000000001",
+               "inputResponses": {"k": {"action": "accept"}}}),
+    );
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
 }
 
 #[test]
