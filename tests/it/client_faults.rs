@@ -238,15 +238,7 @@ fn a_panicking_input_handler_answers_with_an_error_and_the_stuck_detector_still_
         "tools/list" => tool_list("required"),
         "tools/call" => Act::Answer(json!({"task": task("input_required")})),
         "tasks/get" if !std::mem::replace(&mut *asked.lock().unwrap(), true) => {
-            Act::SendThenAnswer(
-                vec![
-                    json!({"jsonrpc": "2.0", "id": "e1", "method": "elicitation/create", "params": {
-                        "message": "?", "requestedSchema": {"type": "object"},
-                        "_meta": {"io.modelcontextprotocol/related-task": {"taskId": "t1"}}
-                    }}),
-                ],
-                task("input_required"),
-            )
+            Act::SendThenAnswer(vec![elicitation_e1()], task("input_required"))
         }
         "tasks/get" => Act::Answer(task("input_required")),
         "tasks/cancel" => Act::Answer(task("cancelled")),
@@ -263,6 +255,14 @@ fn a_panicking_input_handler_answers_with_an_error_and_the_stuck_detector_still_
         "the server's request got no answer: {:?}",
         methods(&log)
     );
+}
+
+/// An `elicitation/create` with id "e1" for task "t1".
+fn elicitation_e1() -> Value {
+    json!({"jsonrpc": "2.0", "id": "e1", "method": "elicitation/create", "params": {
+        "message": "?", "requestedSchema": {"type": "object"},
+        "_meta": {"io.modelcontextprotocol/related-task": {"taskId": "t1"}}
+    }})
 }
 
 /// The client's response to server request `id`, if the server got one.
@@ -310,15 +310,7 @@ fn answers_to_a_tasks_requests_carry_the_related_task() {
         "tools/list" => tool_list("required"),
         "tools/call" => Act::Answer(json!({"task": task("working")})),
         "tasks/get" if !std::mem::replace(&mut *asked.lock().unwrap(), true) => {
-            Act::SendThenAnswer(
-                vec![
-                    json!({"jsonrpc": "2.0", "id": "e1", "method": "elicitation/create", "params": {
-                        "message": "?", "requestedSchema": {"type": "object"},
-                        "_meta": {"io.modelcontextprotocol/related-task": {"taskId": "t1"}}
-                    }}),
-                ],
-                task("input_required"),
-            )
+            Act::SendThenAnswer(vec![elicitation_e1()], task("input_required"))
         }
         // The task ends once its question is answered.
         "tasks/get" if answered(&seen, "e1").is_some() => Act::Answer(task("completed")),
