@@ -717,7 +717,17 @@ impl<W> StoreMachine<W> {
         while spent < budget {
             if let Some(entry) = self.wait_deadlines.first_entry() {
                 if entry.key().0 <= now.mono {
-                    let ((_, waiter), id) = entry.remove_entry();
+                    let ((at, waiter), id) = entry.remove_entry();
+                    // Called late, the task's own deadline may have come first: then the
+                    // waiter gets what the task's expiry gives it, as it would have on time.
+                    let expired_first = self
+                        .tasks
+                        .get(&id)
+                        .and_then(|entry| entry.expires_at)
+                        .is_some_and(|expires| expires <= at);
+                    if expired_first {
+                        self.settle(id, now);
+                    }
                     self.time_out_waiter(id, waiter);
                     spent += 1;
                     continue;

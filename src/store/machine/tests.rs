@@ -1780,6 +1780,25 @@ fn the_earliest_wait_deadline_is_the_next_timeout() {
 }
 
 #[test]
+fn a_late_timeout_call_gives_a_waiter_its_tasks_expiry_if_that_came_first() {
+    for expiry in [ExpiryPolicy::default(), ExpiryPolicy::Remove] {
+        let mut m = machine(StoreConfig { expiry, ..config() });
+        m.create(at(0), id(1), CreateTask::new().ttl(100)).unwrap();
+        m.wait_terminal(at(0), id(1), None, Some(Millis(150)), 1);
+        // The owner runs late: both deadlines passed, the task's first.
+        m.handle_timeout(at(200), usize::MAX);
+        let woken = wakes(&mut m);
+        match (&woken[..], expiry) {
+            ([(1, WakeOutcome::Terminal(Ok(task)))], ExpiryPolicy::Fail { .. }) => {
+                assert_eq!(task.status, TaskStatus::Failed)
+            }
+            ([(1, WakeOutcome::Terminal(Err(StoreError::NotFound)))], ExpiryPolicy::Remove) => {}
+            _ => panic!("{expiry:?}: {woken:?}"),
+        }
+    }
+}
+
+#[test]
 fn answered_waits_leave_no_timer_behind() {
     // Waits answered long before their timeout used to keep a timer until it; at a high
     // wait rate memory grew with rate x timeout.
