@@ -84,8 +84,9 @@ pub struct Connection {
     /// stateless client, whose request ids may collide.)
     inline_runs: Mutex<HashMap<RequestId, Arc<Binding>>>,
     /// `tasks/result` calls waiting on threads of their own, by request id, each with the
-    /// flag that `notifications/cancelled` (or closing) raises to end its wait.
-    waiting_results: Mutex<HashMap<RequestId, Arc<AtomicBool>>>,
+    /// flag that `notifications/cancelled` (or closing) raises to end its wait. (A client
+    /// may reuse an id, wrongly: every call under it is kept, and a cancel ends them all.)
+    waiting_results: Mutex<HashMap<RequestId, Vec<Arc<AtomicBool>>>>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -190,8 +191,10 @@ impl Connection {
         if run.is_some_and(|binding| binding.cancel_inline()) {
             log::info!("request {request_id} cancelled by the client");
         }
-        if let Some(abandoned) = self.waiting_results.lock().get(&request_id) {
-            abandoned.store(true, Ordering::Release);
+        if let Some(calls) = self.waiting_results.lock().get(&request_id) {
+            for abandoned in calls {
+                abandoned.store(true, Ordering::Release);
+            }
             log::info!("tasks/result {request_id} cancelled by the client");
         }
     }
@@ -722,7 +725,7 @@ impl Connection {
         for binding in self.inline_runs.lock().values() {
             binding.cancel_inline();
         }
-        for abandoned in self.waiting_results.lock().values() {
+        for abandoned in self.waiting_results.lock().values().flatten() {
             abandoned.store(true, Ordering::Release);
         }
     }
@@ -763,7 +766,9 @@ impl WaitingPlace {
         connection
             .waiting_results
             .lock()
-            .insert(request.clone(), abandoned.clone());
+            .entry(request.clone())
+            .or_default()
+            .push(abandoned.clone());
         if connection.closed.load(Ordering::SeqCst) {
             abandoned.store(true, Ordering::Release);
         }
@@ -783,13 +788,12 @@ impl Drop for WaitingPlace {
     fn drop(&mut self) {
         let connection = &self.connection;
         {
-            // Unless a newer call reused the request id meanwhile.
             let mut waiting = connection.waiting_results.lock();
-            if waiting
-                .get(&self.request)
-                .is_some_and(|flag| Arc::ptr_eq(flag, &self.abandoned))
-            {
-                waiting.remove(&self.request);
+            if let Some(calls) = waiting.get_mut(&self.request) {
+                calls.retain(|flag| !Arc::ptr_eq(flag, &self.abandoned));
+                if calls.is_empty() {
+                    waiting.remove(&self.request);
+                }
             }
         }
         connection.blocked_results.fetch_sub(1, Ordering::AcqRel);

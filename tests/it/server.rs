@@ -487,6 +487,52 @@ fn a_waiting_tasks_result_the_client_cancels_gives_its_place_back() {
 }
 
 #[test]
+fn closing_ends_every_waiting_tasks_result_even_under_a_reused_request_id() {
+    use mcp_task_store::CreateTask;
+    let store = Store::builder().build().unwrap();
+    let handle = store.handle();
+    let server = Server::builder()
+        .store(Arc::new(store.handle()))
+        .max_waiting_results(2)
+        .build()
+        .unwrap();
+    let (answers_tx, answers) = crossbeam_channel::unbounded();
+    let wait = |connection: &Arc<Connection>, id: &str, task: &str| {
+        let answers_tx = answers_tx.clone();
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": "tasks/result",
+                             "params": {"taskId": task}});
+        connection.handle_text(
+            &message.to_string(),
+            Box::new(move |v| answers_tx.send(v).unwrap()),
+        );
+    };
+    let live = handle
+        .create(CreateTask::new())
+        .unwrap()
+        .task_id
+        .to_string();
+    let first = server.connect(crossbeam_channel::unbounded().0, None);
+    // A client that wrongly reuses a request id still waits twice...
+    wait(&first, "x", &live);
+    wait(&first, "x", &live);
+    // ...and closing its connection ends both calls.
+    first.close();
+    for _ in 0..2 {
+        let ended = answers.recv_timeout(WAIT).expect("a waiting call ends");
+        assert_eq!(ended["id"], "x", "{ended}");
+    }
+    // Both places are free again.
+    let second = server.connect(crossbeam_channel::unbounded().0, None);
+    wait(&second, "y", &live);
+    wait(&second, "z", &live);
+    handle.cancel(live.parse().unwrap(), None, None).unwrap();
+    for _ in 0..2 {
+        let answer = answers.recv_timeout(WAIT).expect("an answer");
+        assert_eq!(answer["error"]["code"], -32602, "not refused: {answer}");
+    }
+}
+
+#[test]
 fn an_is_error_result_fails_the_task_but_tasks_result_returns_it() {
     let mut h = Harness::new();
     let id = h.start("fail", json!({"ms": 1}));
