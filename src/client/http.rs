@@ -568,6 +568,9 @@ fn read_events_resuming(
                 data.push('\n');
             }
             data.push_str(value.strip_prefix(' ').unwrap_or(value));
+        } else if text == "id" {
+            // A field with no colon has an empty value: the stream resets its event id.
+            id.clear();
         } else if let Some(value) = text.strip_prefix("id:") {
             let value = value.strip_prefix(' ').unwrap_or(value);
             // SSE ignores an id with NUL; an id the client could not send back in a
@@ -1053,6 +1056,14 @@ impl Inner {
                 "HTTP 409: the server still holds the session's previous stream",
             ));
         }
+        if matches!(response.status, 408 | 429 | 500..=599) {
+            // Passing trouble (a proxy whose backend restarts, a busy server): the very
+            // case reopening is for.
+            return Attempt::Failed(io::Error::other(format!(
+                "HTTP {}: the server cannot open the stream now",
+                response.status
+            )));
+        }
         if !(200..300).contains(&response.status) || !response.is_event_stream() {
             log::info!(
                 "mcp client: the server offers no event stream (HTTP {})",
@@ -1098,15 +1109,15 @@ impl Inner {
 enum Attempt {
     /// The stream was read until it ended; `healthy` as [`HEALTHY_STREAM`] says.
     Ended { healthy: bool },
-    /// The server offers no stream (405, or an answer that is not an event stream): the
-    /// reader stops for good.
+    /// The server offers no stream (405, another 4xx, or a 2xx that is not an event
+    /// stream): the reader stops for good.
     NoStream,
     /// 404: the server no longer knows the session.
     SessionGone,
     /// A renewal came while the stream opened, which was then dropped.
     Renewed,
-    /// The stream could not be opened (no connection, no answer, or a 409 while the
-    /// server still holds the previous one).
+    /// The stream could not be opened (no connection, no answer, a 409 while the server
+    /// still holds the previous one, a 408, 429 or 5xx): tried again after a wait.
     Failed(io::Error),
 }
 
@@ -1517,6 +1528,9 @@ mod tests {
         })
         .unwrap();
         assert_eq!((resume.last_id.as_str(), events.len()), ("2", 3));
+        // A bare `id` field resets it.
+        read_events_resuming(&mut "id\ndata: e\n\n".as_bytes(), &mut resume, |_| true).unwrap();
+        assert_eq!(resume.last_id, "");
     }
 
     #[test]
@@ -1880,6 +1894,31 @@ mod tests {
         }
         transport.shutdown();
         next(&server.ended, "GET");
+    }
+
+    #[test]
+    fn a_passing_server_error_on_reopening_is_tried_again() {
+        let gets = AtomicUsize::new(0);
+        let server = fake_server(move |request| {
+            assert_eq!(request.method(), "GET");
+            let ask = |id: &str| json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+            Some(match gets.fetch_add(1, Ordering::SeqCst) {
+                0 => format!("{EVENT_STREAM}data: {}\n\n", ask("p1")),
+                1 => empty_reply("502 Bad Gateway"),
+                2 => empty_reply("503 Service Unavailable"),
+                _ => format!("{EVENT_STREAM}data: {}\n\n{HOLD}", ask("p2")),
+            })
+        });
+        let (transport, _shared, jobs) = transport(&server, Revision::V2025, IDLE_TIMEOUT);
+        transport.ready();
+        for id in ["p1", "p2"] {
+            match jobs.recv_timeout(Duration::from_secs(5)) {
+                Ok(Work::Request(request)) => assert_eq!(request.id, RequestId::String(id.into())),
+                Ok(Work::Stop) => panic!("stop"),
+                Err(_) => panic!("{id} never arrived: the reader gave up on a 5xx"),
+            }
+        }
+        transport.shutdown();
     }
 
     #[test]
