@@ -22,8 +22,10 @@ USAGE:
     mcp-task-server --demo [OPTIONS]     launch a server and show a conversation with it
 
 Store settings (durations take units: 500ms, 90s, 10m, 2h):
-    --default-ttl DURATION|none    TTL of tasks that request none [default: 1h]
-    --max-ttl DURATION|none        cap on every task's TTL, requested or not [default: 24h]
+    --default-ttl DURATION|none    TTL of tasks that request none; with none they get the
+                                   cap [default: 1h, or the cap if lower]
+    --max-ttl DURATION|none        cap on every task's TTL, requested or not [default: 24h,
+                                   or --default-ttl if longer]
     --poll-interval DURATION       polling interval suggested to clients [default: 1s]
     --page-size N                  tasks per tasks/list page [default: 100]
     --max-tasks N                  most tasks the store holds, finished ones included until
@@ -102,12 +104,11 @@ const DEFAULT_TTL: Duration = Duration::from_secs(3600);
 const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, String> {
+    // What the command line said of the TTLs (`Some(None)`: `none`), applied at the end.
+    let (mut default_ttl, mut max_ttl): (Option<Option<Duration>>, Option<Option<Duration>>) =
+        (None, None);
     let mut options = Options {
-        store: StoreConfig {
-            default_ttl: Some(DEFAULT_TTL),
-            max_ttl: Some(MAX_TTL),
-            ..StoreConfig::default()
-        },
+        store: StoreConfig::default(),
         grace: None,
         remove_on_expiry: false,
         workers: 16,
@@ -164,8 +165,8 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
                 }
             }
             "--promote-after" => options.promote_after = parse_duration(&flag, &value()?)?,
-            "--default-ttl" => options.store.default_ttl = parse_limit(&flag, &value()?)?,
-            "--max-ttl" => options.store.max_ttl = parse_limit(&flag, &value()?)?,
+            "--default-ttl" => default_ttl = Some(parse_limit(&flag, &value()?)?),
+            "--max-ttl" => max_ttl = Some(parse_limit(&flag, &value()?)?),
             "--poll-interval" => options.store.poll_interval = parse_duration(&flag, &value()?)?,
             "--page-size" => options.store.page_size = parse_count(&flag, &value()?)?,
             "--max-tasks" => options.store.max_tasks = Some(parse_count(&flag, &value()?)?),
@@ -191,6 +192,16 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
             other => return Err(format!("unknown argument '{other}'")),
         }
     }
+    // The built-in TTLs give way to the ones given: a lower cap lowers the default, a longer
+    // default raises the cap.
+    options.store.max_ttl = max_ttl.unwrap_or(Some(match default_ttl {
+        Some(Some(ttl)) => ttl.max(MAX_TTL),
+        _ => MAX_TTL,
+    }));
+    options.store.default_ttl = default_ttl.unwrap_or(Some(match options.store.max_ttl {
+        Some(cap) => cap.min(DEFAULT_TTL),
+        None => DEFAULT_TTL,
+    }));
     options.store.expiry = match (options.remove_on_expiry, options.grace) {
         (true, Some(_)) => {
             return Err("--expiry-grace has no effect with --expiry remove".to_string())

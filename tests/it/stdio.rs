@@ -250,7 +250,21 @@ fn the_binary_gives_tasks_a_finite_ttl_unless_told_otherwise() {
         json!(86_400_000)
     );
     assert_eq!(created_ttl(&[], json!({"ttl": 60_000})), json!(60_000));
-    // `none` lifts both.
+    // Given one, the other gives way: a lower cap lowers the default, a longer default
+    // raises the cap; `none` as the default means the cap.
+    assert_eq!(
+        created_ttl(&["--max-ttl", "30m"], json!({})),
+        json!(1_800_000)
+    );
+    assert_eq!(
+        created_ttl(&["--default-ttl", "48h"], json!({})),
+        json!(172_800_000)
+    );
+    assert_eq!(
+        created_ttl(&["--default-ttl", "none"], json!({})),
+        json!(86_400_000)
+    );
+    // `none` for both keeps tasks that ask for no TTL for good.
     let unlimited = ["--default-ttl", "none", "--max-ttl", "none"];
     assert_eq!(created_ttl(&unlimited, json!({})), Value::Null);
     assert_eq!(
