@@ -707,13 +707,12 @@ impl Client {
             polls: 0,
         };
         let mut call = ToolCall::new(name, arguments);
-        if self.revision() == Revision::V2025 {
+        // A server that does not declare task-augmented `tools/call` must not get one,
+        // whatever its tools say: the call goes plain (and needs no `tools/list`).
+        if self.revision() == Revision::V2025 && self.server_takes_tool_tasks() {
             match self.task_support_until(name, follow.deadline_at())? {
                 None => return Err(follow.deadline_error(None)),
                 Some(TaskSupport::Forbidden) => {}
-                // A server that does not declare task-augmented `tools/call` must not get
-                // one, whatever its tools say: the call goes plain.
-                Some(_) if !self.server_takes_tool_tasks() => {}
                 Some(_) => call = call.as_task(options.task_ttl),
             }
         }

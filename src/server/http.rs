@@ -686,6 +686,13 @@ fn post_session(state: &Arc<State>, request: Request, message: Message) {
 
 fn open_session(state: &Arc<State>, request: Request, message: Message) {
     let mut sessions = state.sessions.lock();
+    // Checked under the lock that dropping the server drains the sessions under, after
+    // it raised the flag: no session opens after that drain, never to be ended.
+    if state.stopping.is_closed() {
+        drop(sessions);
+        let answer = Answer::error(503, RpcError::internal("the server is stopping"));
+        return respond(request, answer);
+    }
     if sessions.len() >= state.options.max_sessions {
         drop(sessions);
         let answer = Answer::error(503, RpcError::internal("too many open sessions"));

@@ -546,8 +546,8 @@ impl Outbox {
         while let Some(wake) = m.poll_wake() {
             self.wakes.push(wake);
         }
-        // A subscriber that fell behind hears so once it has room, not only with the next
-        // event: the store may stay quiet, and it must learn it lost some.
+        // A subscriber that fell behind hears so at the first batch after it has room, not
+        // only with the next event (reads answered on callers' threads are no batch).
         self.subscribers.retain_mut(report_missed);
         while let Some(event) = m.poll_event() {
             self.subscribers
