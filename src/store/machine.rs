@@ -1105,9 +1105,11 @@ impl<W> StoreMachine<W> {
                 return;
             }
             let at = entry.expires_at.expect("a due task has a deadline");
+            let running = !entry.status.is_terminal();
+            let ttl = entry.ttl.unwrap_or_default();
+            self.time_out_waits_due_before(id, at);
             match self.config.expiry {
-                ExpiryPolicy::Fail { grace } if !entry.status.is_terminal() => {
-                    let ttl = entry.ttl.unwrap_or_default();
+                ExpiryPolicy::Fail { grace } if running => {
                     let message =
                         format!("task expired: its TTL of {ttl} ms ran out before it finished");
                     let entry = self.tasks.get_mut(&id).expect("checked above");
@@ -1246,6 +1248,25 @@ impl<W> StoreMachine<W> {
         }
     }
 
+    /// Times out the waits on `id` whose deadline came before `at` (the task's expiry, being
+    /// settled late): they get `Timeout`, as they would have on time, not the expiry.
+    fn time_out_waits_due_before(&mut self, id: TaskId, at: Millis) {
+        let Some(extra) = self.tasks.get(&id).and_then(|e| e.extra.as_ref()) else {
+            return;
+        };
+        let due: Vec<(Millis, u64)> = extra
+            .waiters
+            .iter()
+            .filter_map(|w| w.deadline.filter(|d| *d < at).map(|d| (d, w.id)))
+            .collect();
+        for (deadline, waiter) in due {
+            self.wait_deadlines.remove(&(deadline, waiter));
+            self.time_out_waiter(id, waiter);
+        }
+    }
+
+    /// Answers a timed wait whose deadline passed (its entry in `wait_deadlines` is already
+    /// gone, or goes now).
     fn time_out_waiter(&mut self, id: TaskId, waiter_id: u64) {
         let Some(extra) = self.tasks.get_mut(&id).and_then(|e| e.extra.as_mut()) else {
             return;

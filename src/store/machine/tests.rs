@@ -1799,6 +1799,36 @@ fn a_late_timeout_call_gives_a_waiter_its_tasks_expiry_if_that_came_first() {
 }
 
 #[test]
+fn a_wait_whose_deadline_came_before_its_tasks_expiry_times_out_even_if_settled_late() {
+    let mut m = machine(config());
+    m.create(at(0), id(1), CreateTask::new().ttl(100)).unwrap();
+    m.set_input_requests(at(0), id(1), None, requests(&["a"]))
+        .unwrap();
+    m.wait_terminal(at(0), id(1), None, Some(Millis(50)), 1);
+    m.wait_input(at(0), id(1), None, "a", Some(Millis(60)), 2);
+    m.wait_terminal(at(0), id(1), None, Some(Millis(150)), 3);
+    // A read settles the expired task before the owner's timers run.
+    assert_eq!(
+        m.get(at(200), id(1), None).unwrap().status,
+        TaskStatus::Failed
+    );
+    let mut woken = wakes(&mut m);
+    woken.sort_by_key(|(token, _)| *token);
+    assert!(
+        matches!(
+            &woken[..],
+            [
+                (1, WakeOutcome::Terminal(Err(StoreError::Timeout))),
+                (2, WakeOutcome::Input(Err(StoreError::Timeout))),
+                (3, WakeOutcome::Terminal(Ok(task))),
+            ] if task.status == TaskStatus::Failed
+        ),
+        "{woken:?}"
+    );
+    assert_eq!(m.stats().waiters, 0);
+}
+
+#[test]
 fn answered_waits_leave_no_timer_behind() {
     // Waits answered long before their timeout used to keep a timer until it; at a high
     // wait rate memory grew with rate x timeout.
