@@ -1123,9 +1123,16 @@ enum Attempt {
 
 /// The wait before opening the `GET` stream again after `failures` failed attempts or
 /// unhealthy streams in a row: the server's `retry` time (or [`FIRST_REOPEN_WAIT`]),
-/// doubled for each failure, up to [`MAX_REOPEN_WAIT`] (or `retry` if longer).
+/// doubled for each failure, up to [`MAX_REOPEN_WAIT`] (or `retry` if longer). Once
+/// something failed the base is at least [`FIRST_REOPEN_WAIT`]: a `retry` of 0 (or a few
+/// ms) would otherwise hammer a server that keeps failing.
 fn reopen_wait(retry: Option<Duration>, failures: u32) -> Duration {
     let first = retry.unwrap_or(FIRST_REOPEN_WAIT);
+    let first = if failures > 0 {
+        first.max(FIRST_REOPEN_WAIT)
+    } else {
+        first
+    };
     let most = first.max(MAX_REOPEN_WAIT);
     first
         .checked_mul(1 << failures.min(16))
@@ -2002,7 +2009,11 @@ mod tests {
         assert_eq!(reopen_wait(None, u32::MAX), MAX_REOPEN_WAIT);
         let retry = Duration::from_millis(30);
         assert_eq!(reopen_wait(Some(retry), 0), retry);
-        assert_eq!(reopen_wait(Some(retry), 1), 2 * retry);
+        // After a failure a short retry (0 included) no longer sets the pace: it doubles
+        // from the usual first wait.
+        assert_eq!(reopen_wait(Some(retry), 1), 2 * FIRST_REOPEN_WAIT);
+        assert_eq!(reopen_wait(Some(Duration::ZERO), 0), Duration::ZERO);
+        assert_eq!(reopen_wait(Some(Duration::ZERO), 3), 8 * FIRST_REOPEN_WAIT);
         // A server asking for a long wait gets it, and no longer.
         let long = Duration::from_secs(60);
         assert_eq!(reopen_wait(Some(long), 0), long);
