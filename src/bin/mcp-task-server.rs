@@ -24,8 +24,10 @@ USAGE:
 Store settings (durations take units: 500ms, 90s, 10m, 2h):
     --default-ttl DURATION|none    TTL of tasks that request none; with none they get the
                                    cap [default: 1h, or the cap if lower]
-    --max-ttl DURATION|none        cap on every task's TTL, requested or not [default: 24h,
-                                   or --default-ttl if longer]
+    --max-ttl DURATION|none        cap on every task's TTL, requested or not; none: no cap
+                                   (with --default-ttl none too, tasks that ask for no TTL
+                                   are kept for good) [default: 24h, or --default-ttl if
+                                   longer]
     --poll-interval DURATION       polling interval suggested to clients [default: 1s]
     --page-size N                  tasks per tasks/list page [default: 100]
     --max-tasks N                  most tasks the store holds, finished ones included until
@@ -87,12 +89,19 @@ fn parse_count(flag: &str, value: &str) -> Result<usize, String> {
         .map_err(|_| format!("{flag}: '{value}' is not a whole number"))
 }
 
-/// A duration, or `none` for no limit.
+/// A TTL of at least 1 ms, or `none` for no limit. Checked here, not only by the store's
+/// validation: the other TTL is derived from it, and an error must name this flag.
 fn parse_limit(flag: &str, value: &str) -> Result<Option<Duration>, String> {
-    match value {
-        "none" => Ok(None),
-        _ => parse_duration(flag, value).map(Some),
+    if value == "none" {
+        return Ok(None);
     }
+    let ttl = parse_duration(flag, value)?;
+    if ttl < Duration::from_millis(1) {
+        return Err(format!(
+            "{flag}: '{value}' is shorter than 1 ms (use none for no limit)"
+        ));
+    }
+    Ok(Some(ttl))
 }
 
 /// TTL of tasks that request none, unless `--default-ttl` says otherwise. The library keeps

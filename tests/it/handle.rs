@@ -779,13 +779,13 @@ fn every_listing_walk_during_concurrent_updates_has_each_task_exactly_once() {
     let ids: Arc<Vec<TaskId>> = Arc::new(created.iter().copied().collect());
     let stop = Arc::new(AtomicBool::new(false));
     // The walks start once every updater has made its first update, so they overlap.
-    let started = Arc::new(std::sync::Barrier::new(UPDATERS + 1));
+    let (started_tx, started) = crossbeam_channel::unbounded();
     let updaters: Vec<_> = (0..UPDATERS)
         .map(|u| {
             let handle = store.handle();
             let ids = ids.clone();
             let stop = stop.clone();
-            let started = started.clone();
+            let started = started_tx.clone();
             thread::spawn(move || {
                 let mut updates = 0usize;
                 while updates == 0 || !stop.load(Ordering::Relaxed) {
@@ -797,14 +797,19 @@ fn every_listing_walk_during_concurrent_updates_has_each_task_exactly_once() {
                     assert_eq!(task.status, TaskStatus::Working);
                     updates += 1;
                     if updates == 1 {
-                        started.wait();
+                        started.send(()).unwrap();
                     }
                 }
                 updates
             })
         })
         .collect();
-    started.wait();
+    for _ in 0..UPDATERS {
+        // An updater that failed before its first update fails the test, not hangs it.
+        started
+            .recv_timeout(Duration::from_secs(10))
+            .expect("every updater made its first update");
+    }
     for n in 0..WALKS {
         let walked = walk(&store, None);
         let unique: HashSet<TaskId> = walked.iter().copied().collect();

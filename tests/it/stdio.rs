@@ -189,6 +189,7 @@ fn bad_command_lines_are_refused_with_a_message_naming_the_flag() {
         ),
         (&["--http", "0.0.0.0:3000"], "add --allow-remote"),
         (&["--page-size", "0"], "page_size"),
+        (&["--max-ttl", "0s"], "--max-ttl: '0s' is shorter than 1 ms"),
     ];
     for (args, expected) in cases {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-task-server"))
