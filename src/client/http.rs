@@ -38,11 +38,17 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// take minutes.
 ///
 /// Some exchanges may rightly stay silent for as long as a task runs, and get no read
-/// timeout: an event-stream body (once its head says so), a `tasks/result` (which blocks
-/// until the task ends; a server may hold even its head until then, as ours does) and the
-/// `GET` stream. Those end when the server ends them or when the client shuts down, which
-/// shuts down every open connection.
+/// timeout: a POST's event-stream body (once its head says so) and a `tasks/result` (which
+/// blocks until the task ends; a server may hold even its head until then, as ours does).
+/// Those end when the server ends them or when the client shuts down, which shuts down
+/// every open connection. The `GET` stream has a limit of its own, [`STREAM_SILENCE`].
 const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How long the `GET` event stream may stay silent before it is taken for dead and opened
+/// again: a NAT or proxy that drops an idle connection without a word leaves a half-open
+/// socket that would otherwise be read forever, and the server's requests for the session
+/// with it. A server that sends keep-alives (ours does every 15 s) never comes close.
+const STREAM_SILENCE: Duration = Duration::from_secs(300);
 
 /// Connect, read and write limit of the `DELETE` that ends a session: it is sent while the
 /// client is dropped, which must not hang on a server that never answers it.
@@ -627,6 +633,8 @@ struct Inner {
     open: Arc<OpenConnections>,
     /// See [`IDLE_TIMEOUT`]; shorter in tests.
     idle: Duration,
+    /// See [`STREAM_SILENCE`]; shorter in tests.
+    stream_silence: Duration,
     /// The `initialize` request this client sent: repeated to start a new session when the
     /// server has forgotten this one (2025-11-25).
     initialize: Mutex<Option<Value>>,
@@ -660,6 +668,7 @@ impl HttpTransport {
                 negotiated: Mutex::new(None),
                 open: Arc::default(),
                 idle: IDLE_TIMEOUT.max(request_timeout),
+                stream_silence: STREAM_SILENCE,
                 initialize: Mutex::new(None),
                 renewing: Mutex::new(()),
                 stream: StreamControl::default(),
@@ -739,10 +748,16 @@ impl Inner {
     /// How an exchange for `method` (`None`: the `GET` stream) connects: see
     /// [`IDLE_TIMEOUT`].
     fn link(&self, method: Option<&str>) -> Link<'_> {
-        let held = matches!(method, None | Some("tasks/result"));
+        let idle = match method {
+            // The `GET` stream: silent for long only if the connection is dead.
+            None => Some(self.stream_silence),
+            // Held until its task ends, however long that is.
+            Some("tasks/result") => None,
+            Some(_) => Some(self.idle),
+        };
         Link {
             connect: CONNECT_TIMEOUT,
-            idle: (!held).then_some(self.idle),
+            idle,
             open: Some(&self.open),
         }
     }
@@ -1071,7 +1086,8 @@ impl Inner {
             );
             return Attempt::NoStream;
         }
-        if let Err(error) = response.wait_for_events() {
+        // Unlike a POST's event stream, this one is never silent for long while alive.
+        if let Err(error) = response.socket.set_read_timeout(Some(self.stream_silence)) {
             return Attempt::Failed(error);
         }
         {
@@ -1094,10 +1110,22 @@ impl Inner {
             true
         });
         self.stream.state.lock().socket = None;
-        if let Err(error) = read {
-            if !self.open.is_closed() {
-                log::debug!("mcp client: the event stream broke off: {error}");
+        match read {
+            _ if self.open.is_closed() => {}
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                log::info!(
+                    "mcp client: the event stream was silent for {:?}; taking its connection \
+                     for dead",
+                    self.stream_silence
+                );
             }
+            Err(error) => log::debug!("mcp client: the event stream broke off: {error}"),
+            Ok(()) => {}
         }
         Attempt::Ended {
             healthy: delivered || opened.elapsed() >= HEALTHY_STREAM,
@@ -1901,6 +1929,33 @@ mod tests {
         }
         transport.shutdown();
         next(&server.ended, "GET");
+    }
+
+    #[test]
+    fn an_event_stream_silent_for_too_long_is_taken_for_dead_and_opened_again() {
+        let gets = AtomicUsize::new(0);
+        let server = fake_server(move |request| {
+            assert_eq!(request.method(), "GET");
+            let ask = |id: &str| json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+            // The first stream goes silent with its connection open, as a half-open one.
+            let id = if gets.fetch_add(1, Ordering::SeqCst) == 0 {
+                "p1"
+            } else {
+                "p2"
+            };
+            Some(format!("{EVENT_STREAM}data: {}\n\n{HOLD}", ask(id)))
+        });
+        let (mut transport, _shared, jobs) = transport(&server, Revision::V2025, IDLE_TIMEOUT);
+        Arc::get_mut(&mut transport.inner).unwrap().stream_silence = Duration::from_millis(300);
+        transport.ready();
+        for id in ["p1", "p2"] {
+            match jobs.recv_timeout(Duration::from_secs(5)) {
+                Ok(Work::Request(request)) => assert_eq!(request.id, RequestId::String(id.into())),
+                Ok(Work::Stop) => panic!("stop"),
+                Err(_) => panic!("{id} never arrived: the silent stream was read forever"),
+            }
+        }
+        transport.shutdown();
     }
 
     #[test]
