@@ -1,7 +1,8 @@
 //! `mcp-task-server`: an MCP server whose tools run as tasks, over stdio or Streamable HTTP.
 //!
 //! With no arguments it serves MCP on stdin/stdout, as MCP clients expect when they launch
-//! a server; `--http ADDR` serves HTTP instead. `--demo` launches a copy of itself and talks to it, printing the conversation.
+//! a server; `--http ADDR` serves HTTP instead. `--demo` launches a copy of itself and
+//! talks to it, printing the conversation.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, ExitCode, Stdio};
