@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::{RecvTimeoutError, Sender, TrySendError};
@@ -23,6 +23,11 @@ use crate::store::CancelToken;
 use crate::StoreError;
 
 /// Where a request's response goes (the transport decides: a line on stdout, an HTTP body).
+///
+/// It is called exactly once per request: with the response, or with `Value::Null` for a
+/// request that gets none because its client cancelled it (`notifications/cancelled`,
+/// which receivers SHOULD NOT answer). A transport then writes nothing (stdio) or ends
+/// the exchange without a body (HTTP: 202).
 pub type Responder = Box<dyn FnOnce(Value) + Send>;
 
 /// Protocol versions this server accepts at `initialize`, newest first.
@@ -53,6 +58,13 @@ const TASK_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(
 /// How long a waiting `tasks/result` waits before it looks whether its client gave up on
 /// it: the longest a cancelled call keeps its place and thread.
 const RESULT_WAIT_SLICE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A waiting `tasks/result` still waits...
+const WAITING: u8 = 0;
+/// ...its client cancelled it: it stops, unanswered...
+const CANCELLED_BY_CLIENT: u8 = 1;
+/// ...or its connection closed: it stops.
+const CONNECTION_CLOSED: u8 = 2;
 
 /// Most `tasks/result` calls one connection may have blocked at once.
 const MAX_BLOCKED_RESULTS: usize = 256;
@@ -86,7 +98,7 @@ pub struct Connection {
     /// `tasks/result` calls waiting on threads of their own, by request id, each with the
     /// flag that `notifications/cancelled` (or closing) raises to end its wait. (A client
     /// may reuse an id, wrongly: every call under it is kept, and a cancel ends them all.)
-    waiting_results: Mutex<HashMap<RequestId, Vec<Arc<AtomicBool>>>>,
+    waiting_results: Mutex<HashMap<RequestId, Vec<Arc<AtomicU8>>>>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -141,8 +153,9 @@ impl Connection {
     }
 
     /// Handles one incoming message (a line of stdio, an HTTP body). Requests are answered
-    /// through `respond` (called exactly once, possibly later and from another thread);
-    /// notifications and responses never call it.
+    /// through `respond` (called exactly once, possibly later and from another thread; see
+    /// [`Responder`] for the requests their client cancelled); notifications and responses
+    /// never call it.
     pub fn handle_text(self: &Arc<Self>, text: &str, respond: Responder) {
         match jsonrpc::parse_message(text) {
             Ok(message) => self.handle_message(message, respond),
@@ -176,8 +189,8 @@ impl Connection {
     /// `notifications/cancelled`: tells a plain call still running that its client gave up
     /// on it ([`TaskContext::is_cancelled`], and its `sleep` wakes), and ends a waiting
     /// `tasks/result` within [`RESULT_WAIT_SLICE`], which gives its place and thread back.
-    /// Their answers are still sent, and the client ignores them. A task is never
-    /// cancelled this way: that takes `tasks/cancel`.
+    /// Neither is answered (see [`Responder`]). A task is never cancelled this way: that
+    /// takes `tasks/cancel`.
     fn cancel_request(&self, params: Option<Value>) {
         #[derive(Deserialize)]
         #[serde(rename_all = "camelCase")]
@@ -188,12 +201,12 @@ impl Connection {
             return log::debug!("notifications/cancelled without a usable requestId");
         };
         let run = self.inline_runs.lock().get(&request_id).cloned();
-        if run.is_some_and(|binding| binding.cancel_inline()) {
+        if run.is_some_and(|binding| binding.cancel_by_client()) {
             log::info!("request {request_id} cancelled by the client");
         }
         if let Some(calls) = self.waiting_results.lock().get(&request_id) {
             for abandoned in calls {
-                abandoned.store(true, Ordering::Release);
+                abandoned.store(CANCELLED_BY_CLIENT, Ordering::Release);
             }
             log::info!("tasks/result {request_id} cancelled by the client");
         }
@@ -202,10 +215,11 @@ impl Connection {
     fn handle_request(self: &Arc<Self>, request: Request, respond: Responder) {
         let Request { id, method, params } = request;
         let request_id = id.clone();
-        let reply = Reply::new(move |outcome: Result<Value, RpcError>| {
+        let reply = Reply::new(move |outcome: Option<Result<Value, RpcError>>| {
             respond(match outcome {
-                Ok(result) => jsonrpc::response(&id, result),
-                Err(error) => jsonrpc::error_response(Some(&id), &error),
+                Some(Ok(result)) => jsonrpc::response(&id, result),
+                Some(Err(error)) => jsonrpc::error_response(Some(&id), &error),
+                None => Value::Null,
             })
         });
         let meta = RequestMeta::of(params.as_ref());
@@ -504,7 +518,7 @@ impl Connection {
             if run.revision == Revision::V2025 {
                 connection.forget_inline_run(&run.request, &binding);
             }
-            reply.send(outcome);
+            reply.send_unless(binding.is_withheld(), outcome);
         });
         if let (Err(_), Some((request, binding))) = (submitted, registered) {
             // The refused job is dropped, and its reply answered "busy".
@@ -600,10 +614,14 @@ impl Connection {
                 // connection closed) gives its place and thread back.
                 loop {
                     match store.wait_terminal(task, session, Some(RESULT_WAIT_SLICE)) {
-                        Err(StoreError::Timeout) if place.abandoned() => {
+                        Err(StoreError::Timeout) if place.abandoned() != WAITING => {
+                            let why = place.abandoned();
                             drop(place);
+                            if why == CANCELLED_BY_CLIENT {
+                                return reply.withhold();
+                            }
                             return reply.send(Err(RpcError::internal(
-                                "tasks/result was cancelled by the client",
+                                "tasks/result ended: the connection closed",
                             )));
                         }
                         Err(StoreError::Timeout) => continue,
@@ -726,7 +744,12 @@ impl Connection {
             binding.cancel_inline();
         }
         for abandoned in self.waiting_results.lock().values().flatten() {
-            abandoned.store(true, Ordering::Release);
+            let _ = abandoned.compare_exchange(
+                WAITING,
+                CONNECTION_CLOSED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
         }
     }
 
@@ -746,8 +769,8 @@ impl Connection {
 struct WaitingPlace {
     connection: Arc<Connection>,
     request: RequestId,
-    /// Raised when the client cancels the call or the connection closes.
-    abandoned: Arc<AtomicBool>,
+    /// [`WAITING`], then [`CANCELLED_BY_CLIENT`] or [`CONNECTION_CLOSED`].
+    abandoned: Arc<AtomicU8>,
 }
 
 impl WaitingPlace {
@@ -762,7 +785,7 @@ impl WaitingPlace {
         }
         // `close` sets its flag before it raises the registered ones: a call registered
         // after that sees the flag here.
-        let abandoned = Arc::new(AtomicBool::new(false));
+        let abandoned = Arc::new(AtomicU8::new(WAITING));
         connection
             .waiting_results
             .lock()
@@ -770,7 +793,7 @@ impl WaitingPlace {
             .or_default()
             .push(abandoned.clone());
         if connection.closed.load(Ordering::SeqCst) {
-            abandoned.store(true, Ordering::Release);
+            abandoned.store(CONNECTION_CLOSED, Ordering::Release);
         }
         Some(WaitingPlace {
             connection: connection.clone(),
@@ -779,7 +802,8 @@ impl WaitingPlace {
         })
     }
 
-    fn abandoned(&self) -> bool {
+    /// [`WAITING`], or why the call should stop.
+    fn abandoned(&self) -> u8 {
         self.abandoned.load(Ordering::Acquire)
     }
 }
@@ -817,10 +841,11 @@ fn claim(counter: &AtomicUsize, limit: usize) -> bool {
 /// bug), it answers with an error itself, so a client is never left waiting.
 struct Reply(Option<ReplyFn>);
 
-type ReplyFn = Box<dyn FnOnce(Result<Value, RpcError>) + Send>;
+/// Called with the outcome, or `None` when the response is withheld.
+type ReplyFn = Box<dyn FnOnce(Option<Result<Value, RpcError>>) + Send>;
 
 impl Reply {
-    fn new(f: impl FnOnce(Result<Value, RpcError>) + Send + 'static) -> Reply {
+    fn new(f: impl FnOnce(Option<Result<Value, RpcError>>) + Send + 'static) -> Reply {
         Reply(Some(Box::new(f)))
     }
 
@@ -829,14 +854,31 @@ impl Reply {
         let inner = self.0.take();
         Reply::new(move |outcome| {
             if let Some(inner) = inner {
-                inner(outcome.map(f));
+                inner(outcome.map(|outcome| outcome.map(f)));
             }
         })
     }
 
     fn send(mut self, outcome: Result<Value, RpcError>) {
         if let Some(f) = self.0.take() {
-            f(outcome);
+            f(Some(outcome));
+        }
+    }
+
+    /// Sends no response: the client cancelled the request, and receivers SHOULD NOT
+    /// answer a cancelled request. (The transport still hears of it, see [`Responder`].)
+    fn withhold(mut self) {
+        if let Some(f) = self.0.take() {
+            f(None);
+        }
+    }
+
+    /// Sends `outcome`, unless the client cancelled the request.
+    fn send_unless(self, cancelled: bool, outcome: Result<Value, RpcError>) {
+        if cancelled {
+            self.withhold();
+        } else {
+            self.send(outcome);
         }
     }
 }
@@ -844,9 +886,9 @@ impl Reply {
 impl Drop for Reply {
     fn drop(&mut self) {
         if let Some(f) = self.0.take() {
-            f(Err(RpcError::internal(
+            f(Some(Err(RpcError::internal(
                 "the server could not complete the request (busy or shutting down)",
-            )));
+            ))));
         }
     }
 }

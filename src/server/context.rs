@@ -67,6 +67,9 @@ pub(crate) struct Binding {
     /// The client cancelled the call (`notifications/cancelled`) while it ran inline.
     /// Written under `state`'s lock, so a waiter on `changed` cannot miss it.
     cancelled_inline: AtomicBool,
+    /// The cancel came from the client itself, so the call gets no response (rather than
+    /// from its connection closing, where nobody reads one).
+    withheld: AtomicBool,
 }
 
 impl Binding {
@@ -77,6 +80,7 @@ impl Binding {
             changed: Condvar::new(),
             promotable: false,
             cancelled_inline: AtomicBool::new(false),
+            withheld: AtomicBool::new(false),
         })
     }
 
@@ -87,6 +91,7 @@ impl Binding {
             changed: Condvar::new(),
             promotable: false,
             cancelled_inline: AtomicBool::new(false),
+            withheld: AtomicBool::new(false),
         })
     }
 
@@ -97,6 +102,7 @@ impl Binding {
             changed: Condvar::new(),
             promotable: true,
             cancelled_inline: AtomicBool::new(false),
+            withheld: AtomicBool::new(false),
         })
     }
 
@@ -110,6 +116,21 @@ impl Binding {
         self.cancelled_inline.store(true, Ordering::Release);
         self.changed.notify_all();
         true
+    }
+
+    /// [`cancel_inline`](Self::cancel_inline) on the client's `notifications/cancelled`:
+    /// the call's response is withheld too. True if the run was still inline.
+    pub(crate) fn cancel_by_client(&self) -> bool {
+        let cancelled = self.cancel_inline();
+        if cancelled {
+            self.withheld.store(true, Ordering::Release);
+        }
+        cancelled
+    }
+
+    /// True once the client cancelled this run's request: it gets no response.
+    pub(crate) fn is_withheld(&self) -> bool {
+        self.withheld.load(Ordering::Acquire)
     }
 
     fn is_cancelled_inline(&self) -> bool {

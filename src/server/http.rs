@@ -573,7 +573,15 @@ fn dispatch(
     if matches!(message, Message::Request(_)) {
         connection.handle_message(
             message,
-            Box::new(move |value| respond(request, answer(value))),
+            Box::new(move |value| {
+                // Null: a request its client cancelled, which gets no response.
+                let answer = if value.is_null() {
+                    Answer::empty(202)
+                } else {
+                    answer(value)
+                };
+                respond(request, answer)
+            }),
         );
     } else {
         connection.handle_message(message, Box::new(|_| {}));

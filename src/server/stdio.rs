@@ -56,7 +56,10 @@ pub(crate) fn serve(
         let respond = {
             let outgoing = outgoing.clone();
             Box::new(move |message: Value| {
-                let _ = outgoing.send(message);
+                // Null: a request its client cancelled, which gets no response.
+                if !message.is_null() {
+                    let _ = outgoing.send(message);
+                }
             })
         };
         match line {

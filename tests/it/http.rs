@@ -720,3 +720,46 @@ fn a_failed_initialize_opens_no_session() {
     // The only slot is still free.
     initialize(addr);
 }
+
+#[test]
+fn a_request_its_client_cancels_gets_no_response() {
+    let http = start();
+    let addr = http.local_addr();
+    let session = initialize(addr);
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": {"name": "sleep", "arguments": {"ms": 600_000}}});
+    let pending = write_request(
+        addr,
+        "POST",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Mcp-Session-Id", &session),
+        ],
+        call.to_string().as_bytes(),
+    );
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": 7}});
+    // The two POSTs race to the server's workers, and a cancel that arrives first finds
+    // nothing to cancel: it is sent again until the call has stopped.
+    pending
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert_eq!(
+            post(addr, &[("Mcp-Session-Id", &session)], &cancel).status,
+            202
+        );
+        if pending.peek(&mut [0u8; 1]).is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the call never stopped");
+    }
+    // The call stopped, and its exchange ends without a JSON-RPC response.
+    pending
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let reply = read_reply(pending);
+    assert_eq!((reply.status, &reply.body), (202, &Value::Null));
+}

@@ -44,10 +44,13 @@ fn server() -> Server {
 
 /// Runs `input` through a server and waits (bounded) until `expected` responses are out.
 fn exchange(input: Vec<u8>, expected: usize) -> Vec<Value> {
+    exchange_with(server(), input, expected)
+}
+
+/// [`exchange`] through `server`.
+fn exchange_with(server: Server, input: Vec<u8>, expected: usize) -> Vec<Value> {
     let out = Captured::default();
-    server()
-        .serve_lines(Cursor::new(input), out.clone())
-        .unwrap();
+    server.serve_lines(Cursor::new(input), out.clone()).unwrap();
     let started = Instant::now();
     loop {
         let responses: Vec<Value> = out
@@ -272,4 +275,29 @@ fn the_binary_gives_tasks_a_finite_ttl_unless_told_otherwise() {
         created_ttl(&unlimited, json!({"ttl": 172_800_000})),
         json!(172_800_000)
     );
+}
+
+#[test]
+fn a_call_its_client_cancels_writes_no_response() {
+    // One worker: the echo runs only once the cancelled sleep has given it back, so by
+    // the echo's answer the sleep's (none, now) has been decided.
+    let mut builder = Server::builder().workers(1);
+    for tool in demo::tools() {
+        builder = builder.tool(tool);
+    }
+    let lines = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "sleep", "arguments": {"ms": 600_000}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+               "params": {"requestId": 2}}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+               "params": {"name": "echo", "arguments": {"text": "after"}}}),
+    ];
+    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let responses = exchange_with(builder.build().unwrap(), input.into_bytes(), 2);
+    let ids: Vec<&Value> = responses.iter().map(|r| &r["id"]).collect();
+    assert_eq!(ids, [&json!(1), &json!(3)], "{responses:?}");
 }
