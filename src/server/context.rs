@@ -109,9 +109,18 @@ impl Binding {
     /// The client cancelled the call. Only a run still inline is affected: a task is
     /// cancelled with `tasks/cancel`, never by the request's cancellation. True if it was.
     pub(crate) fn cancel_inline(&self) -> bool {
+        self.cancel_inline_withholding(false)
+    }
+
+    fn cancel_inline_withholding(&self, withhold: bool) -> bool {
         let state = self.state.lock();
         if !matches!(*state, BindingState::Inline) {
             return false;
+        }
+        // Before the run can see its cancel (and finish, and read this): a run that stops
+        // because its client cancelled it must find its response withheld.
+        if withhold {
+            self.withheld.store(true, Ordering::Release);
         }
         self.cancelled_inline.store(true, Ordering::Release);
         self.changed.notify_all();
@@ -121,11 +130,7 @@ impl Binding {
     /// [`cancel_inline`](Self::cancel_inline) on the client's `notifications/cancelled`:
     /// the call's response is withheld too. True if the run was still inline.
     pub(crate) fn cancel_by_client(&self) -> bool {
-        let cancelled = self.cancel_inline();
-        if cancelled {
-            self.withheld.store(true, Ordering::Release);
-        }
-        cancelled
+        self.cancel_inline_withholding(true)
     }
 
     /// True once the client cancelled this run's request: it gets no response.
