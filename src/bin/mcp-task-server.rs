@@ -99,7 +99,7 @@ fn parse_limit(flag: &str, value: &str) -> Result<Option<Duration>, String> {
     let ttl = parse_duration(flag, value)?;
     if ttl < Duration::from_millis(1) {
         return Err(format!(
-            "{flag}: '{value}' is shorter than 1 ms (use none for no limit)"
+            "{flag}: '{value}' is shorter than 1 ms (or use none; see --help)"
         ));
     }
     Ok(Some(ttl))

@@ -745,19 +745,23 @@ impl Inner {
         }
     }
 
-    /// How an exchange for `method` (`None`: the `GET` stream) connects: see
+    /// How a POST of a message with `method` (`None`: a response) connects: see
     /// [`IDLE_TIMEOUT`].
     fn link(&self, method: Option<&str>) -> Link<'_> {
-        let idle = match method {
-            // The `GET` stream: silent for long only if the connection is dead.
-            None => Some(self.stream_silence),
-            // Held until its task ends, however long that is.
-            Some("tasks/result") => None,
-            Some(_) => Some(self.idle),
-        };
         Link {
             connect: CONNECT_TIMEOUT,
-            idle,
+            // A `tasks/result` is held until its task ends, however long that is.
+            idle: (method != Some("tasks/result")).then_some(self.idle),
+            open: Some(&self.open),
+        }
+    }
+
+    /// How the `GET` stream connects: silent for long only if the connection is dead
+    /// (see [`STREAM_SILENCE`]).
+    fn stream_link(&self) -> Link<'_> {
+        Link {
+            connect: CONNECT_TIMEOUT,
+            idle: Some(self.stream_silence),
             open: Some(&self.open),
         }
     }
@@ -1056,7 +1060,7 @@ impl Inner {
         }
         // Once the client shuts down, the connection is refused a place among the open ones
         // (or shut down with them), so a stream opened late never outlives the client.
-        let response = match exchange(&self.endpoint, "GET", &headers, &[], self.link(None)) {
+        let response = match exchange(&self.endpoint, "GET", &headers, &[], self.stream_link()) {
             Ok(response) => response,
             Err(error) => return Attempt::Failed(error),
         };
@@ -1086,10 +1090,8 @@ impl Inner {
             );
             return Attempt::NoStream;
         }
-        // Unlike a POST's event stream, this one is never silent for long while alive.
-        if let Err(error) = response.socket.set_read_timeout(Some(self.stream_silence)) {
-            return Attempt::Failed(error);
-        }
+        // Unlike a POST's event stream (`wait_for_events`), this one keeps its read timeout
+        // from `stream_link`: it is never silent for long while alive.
         {
             let mut state = self.stream.state.lock();
             if state.renewals != renewals {

@@ -1251,17 +1251,22 @@ impl<W> StoreMachine<W> {
     /// Times out the waits on `id` whose deadline came before `at` (the task's expiry, being
     /// settled late): they get `Timeout`, as they would have on time, not the expiry.
     fn time_out_waits_due_before(&mut self, id: TaskId, at: Millis) {
-        let Some(extra) = self.tasks.get(&id).and_then(|e| e.extra.as_ref()) else {
+        let Some(extra) = self.tasks.get_mut(&id).and_then(|e| e.extra.as_mut()) else {
             return;
         };
-        let due: Vec<(Millis, u64)> = extra
-            .waiters
-            .iter()
-            .filter_map(|w| w.deadline.filter(|d| *d < at).map(|d| (d, w.id)))
-            .collect();
-        for (deadline, waiter) in due {
-            self.wait_deadlines.remove(&(deadline, waiter));
-            self.time_out_waiter(id, waiter);
+        let due_before = |w: &Waiter<W>| w.deadline.is_some_and(|d| d < at);
+        if !extra.waiters.iter().any(due_before) {
+            return;
+        }
+        // One pass, however many waiters (up to `max_waiters_per_task`) are due.
+        let (due, kept) = std::mem::take(&mut extra.waiters)
+            .into_iter()
+            .partition(due_before);
+        extra.waiters = kept;
+        for waiter in due {
+            forget_deadline(&mut self.wait_deadlines, &waiter);
+            self.parked -= 1;
+            self.wakes.push_back(timed_out(waiter));
         }
     }
 
@@ -1276,14 +1281,7 @@ impl<W> StoreMachine<W> {
         };
         let waiter = extra.waiters.swap_remove(pos);
         self.parked -= 1;
-        let outcome = match waiter.kind {
-            WaitKind::Terminal => WakeOutcome::Terminal(Err(StoreError::Timeout)),
-            WaitKind::Input(_) => WakeOutcome::Input(Err(StoreError::Timeout)),
-        };
-        self.wakes.push_back(Wake {
-            token: waiter.token,
-            outcome,
-        });
+        self.wakes.push_back(timed_out(waiter));
     }
 
     /// A tag that binds a cursor position to the session it was issued for, keyed with a
@@ -1330,6 +1328,18 @@ fn snapshot_of<W>(poll_interval_ms: u64, id: TaskId, entry: &Entry<W>) -> Task {
         last_updated_at: entry.last_updated_at,
         ttl: entry.ttl,
         poll_interval: Some(poll_interval_ms),
+    }
+}
+
+/// The answer to a wait whose deadline passed.
+fn timed_out<W>(waiter: Waiter<W>) -> Wake<W> {
+    let outcome = match waiter.kind {
+        WaitKind::Terminal => WakeOutcome::Terminal(Err(StoreError::Timeout)),
+        WaitKind::Input(_) => WakeOutcome::Input(Err(StoreError::Timeout)),
+    };
+    Wake {
+        token: waiter.token,
+        outcome,
     }
 }
 
