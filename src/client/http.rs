@@ -1068,9 +1068,9 @@ impl Inner {
             return Attempt::SessionGone;
         }
         if response.status == 409 {
-            // A server allowing one stream per session (ours does) may not have noticed
-            // yet that the previous one is gone (a proxy cut it, say): it will, at its
-            // next write to it.
+            // A server allowing one stream per session may not have noticed yet that the
+            // previous one is gone (a proxy cut it, say): it will, at its next write to it.
+            // (Ours lets a new stream replace the old one.)
             return Attempt::Failed(io::Error::other(
                 "HTTP 409: the server still holds the session's previous stream",
             ));

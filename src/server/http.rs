@@ -41,7 +41,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -140,7 +140,8 @@ struct Session {
     id: SessionId,
     connection: Arc<Connection>,
     outgoing: Receiver<Value>,
-    streaming: AtomicBool,
+    /// Ends the session's current `GET` stream: a new one replaces it.
+    stream: Mutex<Option<Arc<Closer>>>,
     ended: Closer,
     /// Requests in progress and open event streams (each holds an [`Activity`]).
     active: AtomicUsize,
@@ -714,7 +715,7 @@ fn open_session(state: &Arc<State>, request: Request, message: Message) {
         id: session_id,
         connection: connection.clone(),
         outgoing,
-        streaming: AtomicBool::new(false),
+        stream: Mutex::new(None),
         ended: Closer::new(),
         active: AtomicUsize::new(0),
         last_active: Mutex::new(Instant::now()),
@@ -801,14 +802,18 @@ fn get(state: &Arc<State>, request: Request) {
             return respond(request, answer);
         }
     };
-    if session.streaming.swap(true, Ordering::SeqCst) {
-        let error = RpcError::invalid_request("this session already has an event stream");
-        return respond(request, Answer::error(409, error));
+    // A new stream replaces the session's current one, which ends. The client opens a new
+    // one when it takes the old for dead (a proxy or NAT dropped it without a word); the
+    // server would only notice when TCP gives up on its keep-alives, many minutes later.
+    let this_stream = Arc::new(Closer::new());
+    if let Some(old) = session.stream.lock().replace(this_stream.clone()) {
+        old.close();
     }
     let stream_state = state.clone();
     let stream_session = session.clone();
     let request = Arc::new(Mutex::new(Some(request)));
     let moved = request.clone();
+    let mine = this_stream.clone();
     let spawned = std::thread::Builder::new()
         .name("mcp-http-stream".into())
         .spawn(move || {
@@ -816,13 +821,13 @@ fn get(state: &Arc<State>, request: Request) {
                 return;
             };
             let mut writer = request.into_writer();
-            let _ = stream_events(&mut writer, &stream_session, &stream_state);
-            stream_session.streaming.store(false, Ordering::SeqCst);
+            let _ = stream_events(&mut writer, &stream_session, &stream_state, &mine);
+            end_stream(&stream_session, &mine);
             drop(activity);
         });
     if let Err(error) = spawned {
         log::error!("cannot spawn an event stream thread: {error}");
-        session.streaming.store(false, Ordering::SeqCst);
+        end_stream(&session, &this_stream);
         if let Some(request) = request.lock().take() {
             let error = RpcError::internal("the server cannot open a stream now");
             respond(request, Answer::error(503, error));
@@ -830,7 +835,20 @@ fn get(state: &Arc<State>, request: Request) {
     }
 }
 
-fn stream_events(writer: &mut dyn Write, session: &Session, state: &State) -> io::Result<()> {
+/// Forgets `stream` as the session's current one, unless a newer one replaced it.
+fn end_stream(session: &Session, stream: &Arc<Closer>) {
+    let mut current = session.stream.lock();
+    if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, stream)) {
+        *current = None;
+    }
+}
+
+fn stream_events(
+    writer: &mut dyn Write,
+    session: &Session,
+    state: &State,
+    this_stream: &Closer,
+) -> io::Result<()> {
     writer.write_all(
         b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
           Transfer-Encoding: chunked\r\n\r\n",
@@ -851,6 +869,7 @@ fn stream_events(writer: &mut dyn Write, session: &Session, state: &State) -> io
             }
             recv(session.ended.closed()) -> _ => break,
             recv(state.stopping.closed()) -> _ => break,
+            recv(this_stream.closed()) -> _ => break,
             // A comment keeps proxies from timing the stream out and finds dead clients.
             default(Duration::from_secs(15)) => chunk(writer, b": keep-alive\n\n")?,
         }

@@ -401,21 +401,9 @@ fn a_session_event_stream_carries_status_notifications() {
     let http = start();
     let addr = http.local_addr();
     let session = initialize(addr);
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(stream, "GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\r\n").unwrap();
-    let mut events = BufReader::new(stream);
-    let mut status_line = String::new();
-    events.read_line(&mut status_line).unwrap();
-    assert!(status_line.starts_with("HTTP/1.1 200"), "{status_line}");
     // The stream is open once its headers arrived; now cause a status change.
+    let mut events = open_event_stream(addr, &session);
     let mut line = String::new();
-    while line != "\r\n" {
-        line.clear();
-        events.read_line(&mut line).unwrap();
-    }
     post(
         addr,
         &[("Mcp-Session-Id", &session)],
@@ -432,6 +420,60 @@ fn a_session_event_stream_carries_status_notifications() {
             let message: Value = serde_json::from_str(data.trim()).unwrap();
             assert_eq!(message["method"], "notifications/tasks/status");
             assert_eq!(message["params"]["status"], "completed");
+            return;
+        }
+    }
+}
+
+/// Opens the session's `GET` event stream and reads past its head.
+fn open_event_stream(addr: SocketAddr, session: &str) -> BufReader<TcpStream> {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(stream, "GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\r\n").unwrap();
+    let mut events = BufReader::new(stream);
+    let mut line = String::new();
+    events.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    while line != "\r\n" {
+        line.clear();
+        events.read_line(&mut line).unwrap();
+    }
+    events
+}
+
+#[test]
+fn a_new_event_stream_replaces_the_sessions_old_one() {
+    // A client opens a new stream when it takes the old one for dead (a NAT dropped it
+    // without a word): the server must not refuse it for as long as TCP takes to notice.
+    let http = start();
+    let addr = http.local_addr();
+    let session = initialize(addr);
+    let mut old = open_event_stream(addr, &session);
+    let mut new = open_event_stream(addr, &session);
+    // The old stream ends: its last chunk comes...
+    let mut line = String::new();
+    while line != "0\r\n" {
+        line.clear();
+        assert!(old.read_line(&mut line).unwrap() > 0, "no last chunk");
+    }
+    // ...and the session's messages go to the new one.
+    post(
+        addr,
+        &[("Mcp-Session-Id", &session)],
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "sleep", "arguments": {"ms": 0}, "task": {}}}),
+    );
+    loop {
+        line.clear();
+        assert!(
+            new.read_line(&mut line).unwrap() > 0,
+            "the new stream ended"
+        );
+        if let Some(data) = line.strip_prefix("data: ") {
+            let message: Value = serde_json::from_str(data.trim()).unwrap();
+            assert_eq!(message["method"], "notifications/tasks/status");
             return;
         }
     }
