@@ -16,7 +16,8 @@
 //! A fixed number of workers read requests and hand them to their connection. An answer
 //! is written by whichever thread produces it, so a long tool call or a blocking
 //! `tasks/result` holds no worker (the connection bounds its waiting `tasks/result`
-//! calls), and each event stream runs on a thread of its own (at most one per session).
+//! calls), and each event stream runs on a thread of its own (one per session: a new `GET`
+//! replaces the session's stream, which ends).
 //! Bodies are limited in size, and a browser `Origin` other than loopback is refused (DNS
 //! rebinding).
 //!
@@ -780,7 +781,8 @@ fn delete(state: &State, request: &Request) -> Answer {
 
 /// `GET /mcp`: the session's event stream, as server-sent events in chunked encoding,
 /// written straight to the socket so every event leaves at once. The stream runs on a
-/// thread of its own (at most one per session), never on a request worker.
+/// thread of its own (one per session: a new one replaces the old), never on a request
+/// worker.
 fn get(state: &Arc<State>, request: Request) {
     let accepts = header(&request, "Accept").is_some_and(|a| a.contains("text/event-stream"));
     if !accepts {
