@@ -1913,24 +1913,36 @@ mod tests {
         let gets = AtomicUsize::new(0);
         let server = fake_server(move |request| {
             assert_eq!(request.method(), "GET");
-            let ask = |id: &str| json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
             Some(match gets.fetch_add(1, Ordering::SeqCst) {
-                0 => format!("{EVENT_STREAM}data: {}\n\n", ask("p1")),
+                0 => format!("{EVENT_STREAM}data: {}\n\n", server_ping("p1")),
                 1 | 2 => empty_reply("409 Conflict"),
-                _ => format!("{EVENT_STREAM}data: {}\n\n{HOLD}", ask("p2")),
+                _ => format!("{EVENT_STREAM}data: {}\n\n{HOLD}", server_ping("p2")),
             })
         });
         let (transport, _shared, jobs) = transport(&server, Revision::V2025, IDLE_TIMEOUT);
         transport.ready();
-        for id in ["p1", "p2"] {
-            match jobs.recv_timeout(Duration::from_secs(5)) {
-                Ok(Work::Request(request)) => assert_eq!(request.id, RequestId::String(id.into())),
-                Ok(Work::Stop) => panic!("stop"),
-                Err(_) => panic!("{id} never arrived"),
-            }
-        }
+        expect_pings(&jobs, &["p1", "p2"], "after the 409s");
         transport.shutdown();
         next(&server.ended, "GET");
+    }
+
+    /// A `ping` from the server, as an event's data.
+    fn server_ping(id: &str) -> Value {
+        json!({"jsonrpc": "2.0", "id": id, "method": "ping"})
+    }
+
+    /// Waits for the server's `ping` requests with these ids, in order; `why` says what
+    /// a missing one means.
+    fn expect_pings(jobs: &Receiver<Work>, ids: &[&str], why: &str) {
+        for id in ids {
+            match jobs.recv_timeout(Duration::from_secs(5)) {
+                Ok(Work::Request(request)) => {
+                    assert_eq!(request.id, RequestId::String((*id).into()))
+                }
+                Ok(Work::Stop) => panic!("stop"),
+                Err(_) => panic!("{id} never arrived: {why}"),
+            }
+        }
     }
 
     #[test]
@@ -1938,25 +1950,18 @@ mod tests {
         let gets = AtomicUsize::new(0);
         let server = fake_server(move |request| {
             assert_eq!(request.method(), "GET");
-            let ask = |id: &str| json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
             // The first stream goes silent with its connection open, as a half-open one.
             let id = if gets.fetch_add(1, Ordering::SeqCst) == 0 {
                 "p1"
             } else {
                 "p2"
             };
-            Some(format!("{EVENT_STREAM}data: {}\n\n{HOLD}", ask(id)))
+            Some(format!("{EVENT_STREAM}data: {}\n\n{HOLD}", server_ping(id)))
         });
         let (mut transport, _shared, jobs) = transport(&server, Revision::V2025, IDLE_TIMEOUT);
         Arc::get_mut(&mut transport.inner).unwrap().stream_silence = Duration::from_millis(300);
         transport.ready();
-        for id in ["p1", "p2"] {
-            match jobs.recv_timeout(Duration::from_secs(5)) {
-                Ok(Work::Request(request)) => assert_eq!(request.id, RequestId::String(id.into())),
-                Ok(Work::Stop) => panic!("stop"),
-                Err(_) => panic!("{id} never arrived: the silent stream was read forever"),
-            }
-        }
+        expect_pings(&jobs, &["p1", "p2"], "the silent stream was read forever");
         transport.shutdown();
     }
 
@@ -1965,23 +1970,16 @@ mod tests {
         let gets = AtomicUsize::new(0);
         let server = fake_server(move |request| {
             assert_eq!(request.method(), "GET");
-            let ask = |id: &str| json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
             Some(match gets.fetch_add(1, Ordering::SeqCst) {
-                0 => format!("{EVENT_STREAM}data: {}\n\n", ask("p1")),
+                0 => format!("{EVENT_STREAM}data: {}\n\n", server_ping("p1")),
                 1 => empty_reply("502 Bad Gateway"),
                 2 => empty_reply("503 Service Unavailable"),
-                _ => format!("{EVENT_STREAM}data: {}\n\n{HOLD}", ask("p2")),
+                _ => format!("{EVENT_STREAM}data: {}\n\n{HOLD}", server_ping("p2")),
             })
         });
         let (transport, _shared, jobs) = transport(&server, Revision::V2025, IDLE_TIMEOUT);
         transport.ready();
-        for id in ["p1", "p2"] {
-            match jobs.recv_timeout(Duration::from_secs(5)) {
-                Ok(Work::Request(request)) => assert_eq!(request.id, RequestId::String(id.into())),
-                Ok(Work::Stop) => panic!("stop"),
-                Err(_) => panic!("{id} never arrived: the reader gave up on a 5xx"),
-            }
-        }
+        expect_pings(&jobs, &["p1", "p2"], "the reader gave up on a 5xx");
         transport.shutdown();
     }
 
