@@ -403,13 +403,20 @@ fn a_session_event_stream_carries_status_notifications() {
     let session = initialize(addr);
     // The stream is open once its headers arrived; now cause a status change.
     let mut events = open_event_stream(addr, &session);
-    let mut line = String::new();
     post(
         addr,
         &[("Mcp-Session-Id", &session)],
         &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "sleep", "arguments": {"ms": 0}, "task": {}}}),
     );
+    let message = next_event(&mut events);
+    assert_eq!(message["method"], "notifications/tasks/status");
+    assert_eq!(message["params"]["status"], "completed");
+}
+
+/// The data of the next event on an open event stream.
+fn next_event(events: &mut BufReader<TcpStream>) -> Value {
+    let mut line = String::new();
     loop {
         line.clear();
         assert!(
@@ -417,10 +424,7 @@ fn a_session_event_stream_carries_status_notifications() {
             "the stream ended early"
         );
         if let Some(data) = line.strip_prefix("data: ") {
-            let message: Value = serde_json::from_str(data.trim()).unwrap();
-            assert_eq!(message["method"], "notifications/tasks/status");
-            assert_eq!(message["params"]["status"], "completed");
-            return;
+            return serde_json::from_str(data.trim()).unwrap();
         }
     }
 }
@@ -465,18 +469,8 @@ fn a_new_event_stream_replaces_the_sessions_old_one() {
         &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "sleep", "arguments": {"ms": 0}, "task": {}}}),
     );
-    loop {
-        line.clear();
-        assert!(
-            new.read_line(&mut line).unwrap() > 0,
-            "the new stream ended"
-        );
-        if let Some(data) = line.strip_prefix("data: ") {
-            let message: Value = serde_json::from_str(data.trim()).unwrap();
-            assert_eq!(message["method"], "notifications/tasks/status");
-            return;
-        }
-    }
+    let message = next_event(&mut new);
+    assert_eq!(message["method"], "notifications/tasks/status");
 }
 
 /// Starts `sleep` (long) as a 2025-11-25 task in `session` and returns its id.

@@ -390,96 +390,116 @@ fn zero_workers_queue_or_waiting_places_are_refused_at_build() {
     }
 }
 
-#[test]
-fn waiting_tasks_result_calls_are_bounded_across_connections() {
-    use mcp_task_store::CreateTask;
-    let store = Store::builder().build().unwrap();
-    let handle = store.handle();
-    let server = Server::builder()
-        .store(Arc::new(store.handle()))
-        .max_waiting_results(2)
-        .build()
-        .unwrap();
-    let connections: Vec<_> = (0..3)
-        .map(|_| server.connect(crossbeam_channel::unbounded().0, None))
-        .collect();
-    let (answers_tx, answers) = crossbeam_channel::unbounded();
-    let wait_for = |connection: &Arc<Connection>, task: &mcp_task_store::Task| {
-        let text = json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/result",
-                          "params": {"taskId": task.task_id.to_string()}});
-        let answers_tx = answers_tx.clone();
-        connection.handle_text(
-            &text.to_string(),
-            Box::new(move |v| answers_tx.send(v).unwrap()),
-        );
-    };
-    let live = handle.create(CreateTask::new()).unwrap();
-    // Two connections take the server's two places...
-    wait_for(&connections[0], &live);
-    wait_for(&connections[1], &live);
-    // ...so a third connection, with all of its own places free, is refused.
-    wait_for(&connections[2], &live);
-    let refused = answers.recv_timeout(WAIT).expect("an answer");
-    assert_eq!(refused["error"]["code"], -32603, "{refused}");
-    assert!(answers.try_recv().is_err(), "the first two still wait");
-    // Ending the task answers both and gives their places back.
-    handle.cancel(live.task_id, None, None).unwrap();
-    for _ in 0..2 {
-        answers.recv_timeout(WAIT).expect("a waiting call answered");
-    }
-    let next = handle.create(CreateTask::new()).unwrap();
-    wait_for(&connections[2], &next);
-    assert!(
-        answers.recv_timeout(Duration::from_millis(200)).is_err(),
-        "a place is free again, so the call waits"
-    );
-    handle.cancel(next.task_id, None, None).unwrap();
-    answers.recv_timeout(WAIT).expect("the last call answered");
+/// A server on a store of its own where at most `max` `tasks/result` calls may wait, with
+/// one channel that every request sent through [`send`](Self::send) is answered on.
+struct WaitingPlaces {
+    _store: Store,
+    handle: StoreHandle,
+    server: Server,
+    answers_tx: Sender<Value>,
+    answers: Receiver<Value>,
 }
 
-#[test]
-fn a_waiting_tasks_result_the_client_cancels_gives_its_place_back() {
-    use mcp_task_store::CreateTask;
-    let store = Store::builder().build().unwrap();
-    let handle = store.handle();
-    let server = Server::builder()
-        .store(Arc::new(store.handle()))
-        .max_waiting_results(1)
-        .build()
-        .unwrap();
-    let connection = server.connect(crossbeam_channel::unbounded().0, None);
-    let (answers_tx, answers) = crossbeam_channel::unbounded();
-    let send = |message: Value| {
-        let answers_tx = answers_tx.clone();
+impl WaitingPlaces {
+    fn new(max: usize) -> WaitingPlaces {
+        let store = Store::builder().build().unwrap();
+        let server = Server::builder()
+            .store(Arc::new(store.handle()))
+            .max_waiting_results(max)
+            .build()
+            .unwrap();
+        let (answers_tx, answers) = crossbeam_channel::unbounded();
+        WaitingPlaces {
+            handle: store.handle(),
+            _store: store,
+            server,
+            answers_tx,
+            answers,
+        }
+    }
+
+    fn connect(&self) -> Arc<Connection> {
+        self.server.connect(crossbeam_channel::unbounded().0, None)
+    }
+
+    /// A task nobody finishes (until the test cancels it).
+    fn live_task(&self) -> String {
+        let task = self.handle.create(mcp_task_store::CreateTask::new());
+        task.unwrap().task_id.to_string()
+    }
+
+    fn send(&self, connection: &Arc<Connection>, message: Value) {
+        let answers_tx = self.answers_tx.clone();
         connection.handle_text(
             &message.to_string(),
             Box::new(move |v| answers_tx.send(v).unwrap()),
         );
-    };
-    let live = handle
-        .create(CreateTask::new())
-        .unwrap()
-        .task_id
-        .to_string();
-    send(
-        json!({"jsonrpc": "2.0", "id": "a", "method": "tasks/result",
-                "params": {"taskId": live}}),
+    }
+
+    /// Sends `tasks/result` with request id `id` for `task`.
+    fn wait_for(&self, connection: &Arc<Connection>, id: &str, task: &str) {
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": "tasks/result",
+                             "params": {"taskId": task}});
+        self.send(connection, message);
+    }
+
+    fn cancel_task(&self, task: &str) {
+        self.handle
+            .cancel(task.parse().unwrap(), None, None)
+            .unwrap();
+    }
+
+    fn answer(&self) -> Value {
+        self.answers.recv_timeout(WAIT).expect("an answer")
+    }
+}
+
+#[test]
+fn waiting_tasks_result_calls_are_bounded_across_connections() {
+    let w = WaitingPlaces::new(2);
+    let connections: Vec<_> = (0..3).map(|_| w.connect()).collect();
+    let live = w.live_task();
+    // Two connections take the server's two places...
+    w.wait_for(&connections[0], "1", &live);
+    w.wait_for(&connections[1], "1", &live);
+    // ...so a third connection, with all of its own places free, is refused.
+    w.wait_for(&connections[2], "1", &live);
+    let refused = w.answer();
+    assert_eq!(refused["error"]["code"], -32603, "{refused}");
+    assert!(w.answers.try_recv().is_err(), "the first two still wait");
+    // Ending the task answers both and gives their places back.
+    w.cancel_task(&live);
+    w.answer();
+    w.answer();
+    let next = w.live_task();
+    w.wait_for(&connections[2], "2", &next);
+    assert!(
+        w.answers.recv_timeout(Duration::from_millis(200)).is_err(),
+        "a place is free again, so the call waits"
     );
-    send(
+    w.cancel_task(&next);
+    w.answer();
+}
+
+#[test]
+fn a_waiting_tasks_result_the_client_cancels_gives_its_place_back() {
+    let w = WaitingPlaces::new(1);
+    let connection = w.connect();
+    let live = w.live_task();
+    w.wait_for(&connection, "a", &live);
+    w.send(
+        &connection,
         json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                "params": {"requestId": "a"}}),
+               "params": {"requestId": "a"}}),
     );
     // The cancelled call stops waiting (it used to wait for as long as the task ran), with
     // no response...
-    let cancelled = answers.recv_timeout(WAIT).expect("the cancelled call ends");
+    let cancelled = w.answer();
     assert_eq!(cancelled, Value::Null, "{cancelled}");
     // ...and its place is free again: the next call waits rather than being refused.
-    send(
-        json!({"jsonrpc": "2.0", "id": "b", "method": "tasks/result",
-                "params": {"taskId": live}}),
-    );
-    handle.cancel(live.parse().unwrap(), None, None).unwrap();
-    let answer = answers.recv_timeout(WAIT).expect("an answer");
+    w.wait_for(&connection, "b", &live);
+    w.cancel_task(&live);
+    let answer = w.answer();
     assert_eq!(answer["id"], "b", "{answer}");
     assert_eq!(
         answer["error"]["code"], -32602,
@@ -489,37 +509,16 @@ fn a_waiting_tasks_result_the_client_cancels_gives_its_place_back() {
 
 #[test]
 fn closing_ends_every_waiting_tasks_result_even_under_a_reused_request_id() {
-    use mcp_task_store::CreateTask;
-    let store = Store::builder().build().unwrap();
-    let handle = store.handle();
-    let server = Server::builder()
-        .store(Arc::new(store.handle()))
-        .max_waiting_results(2)
-        .build()
-        .unwrap();
-    let (answers_tx, answers) = crossbeam_channel::unbounded();
-    let wait = |connection: &Arc<Connection>, id: &str, task: &str| {
-        let answers_tx = answers_tx.clone();
-        let message = json!({"jsonrpc": "2.0", "id": id, "method": "tasks/result",
-                             "params": {"taskId": task}});
-        connection.handle_text(
-            &message.to_string(),
-            Box::new(move |v| answers_tx.send(v).unwrap()),
-        );
-    };
-    let live = handle
-        .create(CreateTask::new())
-        .unwrap()
-        .task_id
-        .to_string();
-    let first = server.connect(crossbeam_channel::unbounded().0, None);
+    let w = WaitingPlaces::new(2);
+    let live = w.live_task();
+    let first = w.connect();
     // A client that wrongly reuses a request id still waits twice...
-    wait(&first, "x", &live);
-    wait(&first, "x", &live);
+    w.wait_for(&first, "x", &live);
+    w.wait_for(&first, "x", &live);
     // ...and closing its connection ends both calls.
     first.close();
     for _ in 0..2 {
-        let ended = answers.recv_timeout(WAIT).expect("a waiting call ends");
+        let ended = w.answer();
         assert_eq!(ended["id"], "x", "{ended}");
         assert!(ended["error"]["message"]
             .as_str()
@@ -527,12 +526,12 @@ fn closing_ends_every_waiting_tasks_result_even_under_a_reused_request_id() {
             .contains("connection closed"));
     }
     // Both places are free again.
-    let second = server.connect(crossbeam_channel::unbounded().0, None);
-    wait(&second, "y", &live);
-    wait(&second, "z", &live);
-    handle.cancel(live.parse().unwrap(), None, None).unwrap();
+    let second = w.connect();
+    w.wait_for(&second, "y", &live);
+    w.wait_for(&second, "z", &live);
+    w.cancel_task(&live);
     for _ in 0..2 {
-        let answer = answers.recv_timeout(WAIT).expect("an answer");
+        let answer = w.answer();
         assert_eq!(answer["error"]["code"], -32602, "not refused: {answer}");
     }
 }
