@@ -612,21 +612,20 @@ impl Connection {
                 let session = connection.session.as_ref();
                 // Waits in slices, so that a call its client cancelled (or whose
                 // connection closed) gives its place and thread back.
-                loop {
-                    match store.wait_terminal(task, session, Some(RESULT_WAIT_SLICE)) {
-                        Err(StoreError::Timeout) if place.abandoned() != WAITING => {
-                            let why = place.abandoned();
-                            drop(place);
-                            if why == CANCELLED_BY_CLIENT {
-                                return reply.withhold();
-                            }
-                            return reply.send(Err(RpcError::internal(
-                                "tasks/result ended: the connection closed",
-                            )));
-                        }
-                        Err(StoreError::Timeout) => continue,
-                        _ => break,
+                while let Err(StoreError::Timeout) =
+                    store.wait_terminal(task, session, Some(RESULT_WAIT_SLICE))
+                {
+                    let why = place.abandoned();
+                    if why == WAITING {
+                        continue;
                     }
+                    drop(place);
+                    if why == CANCELLED_BY_CLIENT {
+                        return reply.withhold();
+                    }
+                    return reply.send(Err(RpcError::internal(
+                        "tasks/result ended: the connection closed",
+                    )));
                 }
                 let outcome = v2025::handle(store, session, "tasks/result", params)
                     .expect("tasks/result is a tasks method");
