@@ -79,6 +79,9 @@ pub struct Connection {
     core: Arc<ServerCore>,
     outgoing: Sender<Value>,
     session: Option<SessionId>,
+    /// Serves many clients at once (HTTP's stateless 2026-07-28 connection), whose request
+    /// ids may collide: `notifications/cancelled` must not reach their calls.
+    shared: bool,
     client_capabilities: Mutex<Value>,
     pending: Mutex<HashMap<RequestId, Pending>>,
     next_request_id: AtomicI64,
@@ -91,9 +94,10 @@ pub struct Connection {
     tasks_negotiated: AtomicBool,
     /// Set by [`close`](Connection::close): nobody will answer a request sent from now on.
     closed: AtomicBool,
-    /// Plain 2025-11-25 calls still running, by request id, so `notifications/cancelled`
-    /// can stop them. (Not SEP-2663 calls: over HTTP their connection is shared by every
-    /// stateless client, whose request ids may collide.)
+    /// Plain calls still running, by request id, so `notifications/cancelled` can stop
+    /// them: 2025-11-25 calls, and SEP-2663 ones unless the connection is
+    /// [`shared`](Self::shared). (Not a promotable SEP-2663 call: it becomes a task within
+    /// the promotion budget, and a task takes `tasks/cancel`.)
     inline_runs: Mutex<HashMap<RequestId, Arc<Binding>>>,
     /// `tasks/result` calls waiting on threads of their own, by request id, each with the
     /// flag that `notifications/cancelled` (or closing) raises to end its wait. (A client
@@ -135,11 +139,13 @@ impl Connection {
         core: Arc<ServerCore>,
         outgoing: Sender<Value>,
         session: Option<SessionId>,
+        shared: bool,
     ) -> Arc<Connection> {
         Arc::new(Connection {
             core,
             outgoing,
             session,
+            shared,
             client_capabilities: Mutex::new(json!({})),
             pending: Mutex::new(HashMap::new()),
             next_request_id: AtomicI64::new(1),
@@ -499,7 +505,9 @@ impl Connection {
     /// refuses the job, dropping it drops the reply, which answers "busy".
     fn run_inline(self: &Arc<Self>, run: Run, binding: Arc<Binding>, reply: Reply) {
         // Registered before the job is queued, so a cancel that overtakes it still counts.
-        let registered = (run.revision == Revision::V2025).then(|| {
+        // A SEP-2663 call can be cancelled too, unless the connection is shared.
+        let cancellable = run.revision == Revision::V2025 || !self.shared;
+        let registered = cancellable.then(|| {
             let request = run.request.clone();
             self.inline_runs
                 .lock()
@@ -515,7 +523,7 @@ impl Connection {
         let submitted = self.core.pool.submit(move || {
             let context = connection.context(binding.clone(), &run);
             let outcome = run_tool(&run.tool, run.arguments, &context);
-            if run.revision == Revision::V2025 {
+            if cancellable {
                 connection.forget_inline_run(&run.request, &binding);
             }
             reply.send_unless(binding.is_withheld(), outcome);

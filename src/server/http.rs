@@ -235,7 +235,7 @@ impl HttpServer {
         // Stateless requests need no outgoing messages: drop the receiver so nothing queues.
         let (unread, _) = crossbeam_channel::bounded(1);
         let state = Arc::new(State {
-            stateless: server.connect(unread, None),
+            stateless: server.connect_shared(unread),
             server,
             sessions: Mutex::new(HashMap::new()),
             options,

@@ -233,7 +233,17 @@ impl Server {
         outgoing: crossbeam_channel::Sender<serde_json::Value>,
         session: Option<crate::SessionId>,
     ) -> Arc<Connection> {
-        Connection::new(self.core.clone(), outgoing, session)
+        Connection::new(self.core.clone(), outgoing, session, false)
+    }
+
+    /// The one connection that serves every stateless (2026-07-28) HTTP client: their
+    /// request ids may collide, so `notifications/cancelled` is not applied there.
+    #[cfg(feature = "http")]
+    pub(crate) fn connect_shared(
+        &self,
+        outgoing: crossbeam_channel::Sender<serde_json::Value>,
+    ) -> Arc<Connection> {
+        Connection::new(self.core.clone(), outgoing, None, true)
     }
 
     /// Serves MCP over this process's stdin and stdout until stdin closes.

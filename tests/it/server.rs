@@ -1341,6 +1341,30 @@ fn notifications_cancelled_stops_a_plain_call_but_never_a_task() {
 }
 
 #[test]
+fn notifications_cancelled_stops_a_plain_sep2663_call_too() {
+    let mut h = Harness::with_workers(1);
+    let (answers_tx, answers) = crossbeam_channel::unbounded();
+    // Without the extension declared, even a task-supporting tool runs as a plain call.
+    let call = json!({"jsonrpc": "2.0", "id": "long", "method": "tools/call", "params": {
+        "name": "sleep", "arguments": {"ms": 600_000}, "_meta": meta(false)}});
+    h.connection.handle_text(
+        &call.to_string(),
+        Box::new(move |v| answers_tx.send(v).unwrap()),
+    );
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": "long"}});
+    h.connection
+        .handle_text(&cancel.to_string(), Box::new(|_| panic!("a notification")));
+    let answer = answers
+        .recv_timeout(WAIT)
+        .expect("the cancelled call stops");
+    assert_eq!(answer, Value::Null, "no response to a cancelled request");
+    // The worker is free again.
+    let echoed = h.call_2026("echo", json!({"text": "free"}), false);
+    assert_eq!(echoed["result"]["content"][0]["text"], "free", "{echoed}");
+}
+
+#[test]
 fn closing_the_connection_stops_its_plain_calls() {
     let h = Harness::new();
     let (answers_tx, answers) = crossbeam_channel::unbounded();
