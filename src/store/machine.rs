@@ -1107,7 +1107,11 @@ impl<W> StoreMachine<W> {
             let at = entry.expires_at.expect("a due task has a deadline");
             let running = !entry.status.is_terminal();
             let ttl = entry.ttl.unwrap_or_default();
-            self.time_out_waits_due_before(id, at);
+            // Only a task with someone waiting on it has waits to look at: a plain expiry
+            // (the mass-expiry path) costs no second lookup.
+            if entry.extra.as_ref().is_some_and(|x| !x.waiters.is_empty()) {
+                self.time_out_waits_due_before(id, at);
+            }
             match self.config.expiry {
                 ExpiryPolicy::Fail { grace } if running => {
                     let message =
