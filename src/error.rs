@@ -51,6 +51,9 @@ pub enum StoreError {
     InvalidArgument(String),
     /// A wait reached its deadline before anything happened.
     Timeout,
+    /// A wait was ended early through its [`WaitStop`](crate::WaitStop) before anything
+    /// happened.
+    Stopped,
     /// The store configuration is invalid; names the field.
     InvalidConfig {
         /// The offending configuration field.
@@ -97,6 +100,7 @@ impl fmt::Display for StoreError {
             }
             StoreError::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
             StoreError::Timeout => f.write_str("timed out waiting on the task"),
+            StoreError::Stopped => f.write_str("the wait was stopped"),
             StoreError::InvalidConfig { field, reason } => {
                 write!(f, "invalid store configuration: {field} {reason}")
             }

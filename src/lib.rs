@@ -50,7 +50,7 @@ pub use model::{
 pub use store::{
     CancelToken, Clock, Durability, ExpiryPolicy, JournalConfig, ManualClock, Millis, Now,
     RecoveryPolicy, Store, StoreBuilder, StoreConfig, StoreHandle, StoreMachine, SystemClock,
-    TaskStore,
+    TaskStore, WaitStop,
 };
 
 /// The README's code blocks, compiled and run as doc tests so they stay true.

@@ -173,7 +173,9 @@ impl From<StoreError> for Error {
             StoreError::InputKeyReused { .. } => mcpts_result::InputKeyReused,
             StoreError::UnknownInputKey { .. } => mcpts_result::UnknownInputKey,
             StoreError::InvalidArgument(_) => mcpts_result::InvalidArgument,
-            StoreError::Timeout => mcpts_result::Timeout,
+            // The C ABI has no stoppable wait, so this never reaches C; a stopped wait is
+            // closest to one that timed out.
+            StoreError::Timeout | StoreError::Stopped => mcpts_result::Timeout,
             StoreError::InvalidConfig { .. } => mcpts_result::InvalidConfig,
             StoreError::Closed => mcpts_result::Closed,
             StoreError::Journal(_) => mcpts_result::Journal,

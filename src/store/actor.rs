@@ -19,6 +19,7 @@ use super::record::Change;
 pub(crate) use super::reply::Reply;
 use super::shared::{Shared, Writing};
 use super::spin::{spin_poll, SpinBudget, Spun};
+use super::stop::WaitStop;
 use super::token::CancelToken;
 use crate::model::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, StoreEvent, Task,
@@ -106,7 +107,13 @@ pub(crate) enum Command {
         id: TaskId,
         session: Option<SessionId>,
         timeout: Option<Duration>,
+        stop: Option<WaitStop>,
         reply: Reply<Task>,
+    },
+    /// Ends the waits on `id` parked with the [`WaitStop`] labelled `label`.
+    StopWaits {
+        id: TaskId,
+        label: u64,
     },
     WaitInput {
         id: TaskId,
@@ -132,10 +139,11 @@ pub(crate) enum Command {
     Wake,
 }
 
-/// A parked waiter's reply.
+/// A parked waiter's reply; a wait for a terminal task also carries the label of the
+/// [`WaitStop`] that may end it early.
 #[derive(Debug)]
 pub(crate) enum ReplyTo {
-    Task(Reply<Task>),
+    Task(Reply<Task>, Option<u64>),
     Value(Reply<Value>),
 }
 
@@ -466,10 +474,25 @@ impl StoreActor {
                 id,
                 session,
                 timeout,
+                stop,
                 reply,
             } => {
-                let deadline = deadline_after(now, timeout);
-                m.wait_terminal(now, id, session.as_ref(), deadline, ReplyTo::Task(reply));
+                // A stop that fired before this command arrived sent its word earlier, to
+                // no parked wait (see `stop`): it is seen here instead.
+                if stop.as_ref().is_some_and(WaitStop::is_stopped) {
+                    out.answer(m, reply, Err(StoreError::Stopped));
+                } else {
+                    let deadline = deadline_after(now, timeout);
+                    let token = ReplyTo::Task(reply, stop.as_ref().map(WaitStop::label));
+                    m.wait_terminal(now, id, session.as_ref(), deadline, token);
+                    out.release_unless_journaled(m);
+                }
+            }
+            Command::StopWaits { id, label } => {
+                m.stop_waits(
+                    id,
+                    |token| matches!(token, ReplyTo::Task(_, Some(stop)) if *stop == label),
+                );
                 out.release_unless_journaled(m);
             }
             Command::WaitInput {
@@ -559,7 +582,7 @@ impl Outbox {
         drop(m);
         for Wake { token, outcome } in self.wakes.drain(..) {
             match (token, outcome) {
-                (ReplyTo::Task(reply), WakeOutcome::Terminal(result)) => send(reply, result),
+                (ReplyTo::Task(reply, _), WakeOutcome::Terminal(result)) => send(reply, result),
                 (ReplyTo::Value(reply), WakeOutcome::Input(result)) => send(reply, result),
                 // The machine answers each waiter with the kind it parked; anything else
                 // is a bug, and dropping the reply surfaces it to the caller as `Closed`.

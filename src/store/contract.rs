@@ -8,12 +8,16 @@ use crossbeam_channel::Receiver;
 use serde_json::Value;
 
 use super::handle::StoreHandle;
+use super::stop::WaitStop;
 use super::token::CancelToken;
 use crate::model::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, StoreEvent, Task,
     TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus,
 };
 use crate::StoreError;
+
+/// How often [`TaskStore::wait_terminal_or_stop`]'s default looks at its stop.
+pub const STOP_POLL: Duration = Duration::from_secs(1);
 
 /// Blocking task-store operations with the semantics of DESIGN.md §3. Implementations must
 /// be strongly consistent (a created task is visible to `get` before `create` returns),
@@ -55,6 +59,39 @@ pub trait TaskStore: Send + Sync {
         session: Option<&SessionId>,
         timeout: Option<Duration>,
     ) -> Result<Task, StoreError>;
+    /// [`wait_terminal`](Self::wait_terminal) that another thread can end early with
+    /// [`WaitStop::stop`], which makes it return `Stopped`; a stop that already fired makes
+    /// it return `Stopped` without waiting. The server waits for a `tasks/result` this way.
+    ///
+    /// The default waits in slices of [`STOP_POLL`] (on the store's clock) and looks at the
+    /// stop between them, so a stop takes up to one slice to act; [`StoreHandle`] ends its
+    /// wait at once.
+    fn wait_terminal_or_stop(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        timeout: Option<Duration>,
+        stop: &WaitStop,
+    ) -> Result<Task, StoreError> {
+        let mut left = timeout;
+        loop {
+            if stop.is_stopped() {
+                return Err(StoreError::Stopped);
+            }
+            let slice = left.map_or(STOP_POLL, |left| left.min(STOP_POLL));
+            match self.wait_terminal(id, session, Some(slice)) {
+                Err(StoreError::Timeout) => {
+                    if let Some(left) = &mut left {
+                        *left -= slice;
+                        if left.is_zero() {
+                            return Err(StoreError::Timeout);
+                        }
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
     /// One page of the caller's tasks in creation order, after an opaque cursor.
     fn list(
         &self,
@@ -149,6 +186,15 @@ impl TaskStore for StoreHandle {
         timeout: Option<Duration>,
     ) -> Result<Task, StoreError> {
         StoreHandle::wait_terminal(self, id, session, timeout)
+    }
+    fn wait_terminal_or_stop(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        timeout: Option<Duration>,
+        stop: &WaitStop,
+    ) -> Result<Task, StoreError> {
+        StoreHandle::wait_terminal_or_stop(self, id, session, timeout, stop)
     }
     fn list(
         &self,

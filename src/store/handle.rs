@@ -20,6 +20,7 @@ use super::journal::{Journal, JournalConfig};
 use super::machine::{StoreMachine, StoreStats};
 use super::reply::{self, Expect};
 use super::shared::Shared;
+use super::stop::WaitStop;
 use super::token::CancelToken;
 use crate::model::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, StoreEvent, Task,
@@ -417,6 +418,31 @@ impl StoreHandle {
             id,
             session,
             timeout,
+            stop: None,
+            reply,
+        })
+    }
+
+    /// [`wait_terminal`](Self::wait_terminal) that another thread can end early through
+    /// `stop`: [`WaitStop::stop`] makes it return [`StoreError::Stopped`] at once, and the
+    /// store forgets the wait. A stop that already fired makes it return `Stopped` without
+    /// waiting (and without looking at the task).
+    pub fn wait_terminal_or_stop(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        timeout: Option<Duration>,
+        stop: &WaitStop,
+    ) -> Result<Task, StoreError> {
+        let Some(_running) = stop.begin(id, &self.inbox) else {
+            return Err(StoreError::Stopped);
+        };
+        let session = session.cloned();
+        self.call_and_wait(|reply| Command::WaitTerminal {
+            id,
+            session,
+            timeout,
+            stop: Some(stop.clone()),
             reply,
         })
     }

@@ -1255,22 +1255,34 @@ impl<W> StoreMachine<W> {
     /// Times out the waits on `id` whose deadline came before `at` (the task's expiry, being
     /// settled late): they get `Timeout`, as they would have on time, not the expiry.
     fn time_out_waits_due_before(&mut self, id: TaskId, at: Millis) {
+        let due_before = |w: &Waiter<W>| w.deadline.is_some_and(|d| d < at);
+        self.end_waits(id, due_before, StoreError::Timeout);
+    }
+
+    /// Ends the waits parked on `id` whose token `stopped` picks, answering them `Stopped`:
+    /// their caller gave up on them (see [`WaitStop`](crate::WaitStop)). Waits already
+    /// answered, or on a task that is gone, are left alone.
+    pub fn stop_waits(&mut self, id: TaskId, stopped: impl Fn(&W) -> bool) {
+        self.end_waits(id, |w| stopped(&w.token), StoreError::Stopped);
+    }
+
+    /// Answers the waits on `id` that `pick` picks with `why`, and forgets them.
+    fn end_waits(&mut self, id: TaskId, pick: impl Fn(&Waiter<W>) -> bool, why: StoreError) {
         let Some(extra) = self.tasks.get_mut(&id).and_then(|e| e.extra.as_mut()) else {
             return;
         };
-        let due_before = |w: &Waiter<W>| w.deadline.is_some_and(|d| d < at);
-        if !extra.waiters.iter().any(due_before) {
+        if !extra.waiters.iter().any(&pick) {
             return;
         }
-        // One pass, however many waiters (up to `max_waiters_per_task`) are due.
-        let (due, kept) = std::mem::take(&mut extra.waiters)
+        // One pass, however many waiters (up to `max_waiters_per_task`) end.
+        let (ending, kept) = std::mem::take(&mut extra.waiters)
             .into_iter()
-            .partition(due_before);
+            .partition(pick);
         extra.waiters = kept;
-        for waiter in due {
+        for waiter in ending {
             forget_deadline(&mut self.wait_deadlines, &waiter);
             self.parked -= 1;
-            self.wakes.push_back(timed_out(waiter));
+            self.wakes.push_back(ended(waiter, why.clone()));
         }
     }
 
@@ -1285,7 +1297,7 @@ impl<W> StoreMachine<W> {
         };
         let waiter = extra.waiters.swap_remove(pos);
         self.parked -= 1;
-        self.wakes.push_back(timed_out(waiter));
+        self.wakes.push_back(ended(waiter, StoreError::Timeout));
     }
 
     /// A tag that binds a cursor position to the session it was issued for, keyed with a
@@ -1335,11 +1347,11 @@ fn snapshot_of<W>(poll_interval_ms: u64, id: TaskId, entry: &Entry<W>) -> Task {
     }
 }
 
-/// The answer to a wait whose deadline passed.
-fn timed_out<W>(waiter: Waiter<W>) -> Wake<W> {
+/// The answer to a wait that ends without what it waited for (`why` says why not).
+fn ended<W>(waiter: Waiter<W>, why: StoreError) -> Wake<W> {
     let outcome = match waiter.kind {
-        WaitKind::Terminal => WakeOutcome::Terminal(Err(StoreError::Timeout)),
-        WaitKind::Input(_) => WakeOutcome::Input(Err(StoreError::Timeout)),
+        WaitKind::Terminal => WakeOutcome::Terminal(Err(why)),
+        WaitKind::Input(_) => WakeOutcome::Input(Err(why)),
     };
     Wake {
         token: waiter.token,

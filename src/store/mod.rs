@@ -21,14 +21,16 @@ mod record;
 mod reply;
 mod shared;
 pub(crate) mod spin;
+mod stop;
 mod token;
 mod wheel;
 
 pub use clock::{Clock, ManualClock, Millis, Now, SystemClock};
 pub use config::{ExpiryPolicy, StoreConfig};
-pub use contract::TaskStore;
+pub use contract::{TaskStore, STOP_POLL};
 pub use handle::{Store, StoreBuilder, StoreHandle};
 pub use journal::{Durability, JournalConfig};
 pub use machine::{StoreMachine, StoreStats};
 pub use record::{Change, OutcomeRecord, RecoveryPolicy, TaskRecord};
+pub use stop::WaitStop;
 pub use token::CancelToken;

@@ -7,9 +7,11 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
+use mcp_task_store::store::STOP_POLL;
 use mcp_task_store::{
-    Clock, CreateTask, ExpiryPolicy, LimitScope, ManualClock, Outcome, SessionId, Store,
-    StoreError, StoreEvent, StoreHandle, TaskId, TaskStatus, TaskStore,
+    CancelOutcome, CancelToken, Clock, CreateTask, ExpiryPolicy, InputRequests, InputResponses,
+    LimitScope, ManualClock, Outcome, SessionId, Store, StoreError, StoreEvent, StoreHandle, Task,
+    TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus, TaskStore, WaitStop,
 };
 use serde_json::json;
 
@@ -460,6 +462,64 @@ fn wait_timeouts_follow_the_store_clock() {
 }
 
 #[test]
+fn a_stopped_wait_returns_at_once_and_the_store_forgets_it() {
+    let store = Store::builder().build().unwrap();
+    let id = store.create(CreateTask::new()).unwrap().task_id;
+    let stop = WaitStop::new();
+    let stopped = {
+        let (handle, stop) = (store.handle(), stop.clone());
+        thread::spawn(move || handle.wait_terminal_or_stop(id, None, None, &stop))
+    };
+    let other = {
+        let handle = store.handle();
+        thread::spawn(move || handle.wait_terminal_or_stop(id, None, None, &WaitStop::new()))
+    };
+    until_parked(&store, 2);
+    stop.stop();
+    assert_eq!(stopped.join().unwrap(), Err(StoreError::Stopped));
+    assert_eq!(store.stats().unwrap().waiters, 1, "the other wait stays");
+    store.cancel(id, None, None).unwrap();
+    assert_eq!(other.join().unwrap().unwrap().status, TaskStatus::Cancelled);
+    assert_eq!(store.stats().unwrap().waiters, 0);
+}
+
+#[test]
+fn a_wait_given_a_stop_that_already_fired_does_not_wait() {
+    let store = Store::builder().build().unwrap();
+    let id = store.create(CreateTask::new()).unwrap().task_id;
+    let stop = WaitStop::new();
+    stop.stop();
+    assert!(stop.is_stopped());
+    assert_eq!(
+        store.wait_terminal_or_stop(id, None, None, &stop),
+        Err(StoreError::Stopped)
+    );
+    assert_eq!(store.stats().unwrap().waiters, 0);
+}
+
+#[test]
+fn stops_racing_the_start_of_their_waits_always_end_them() {
+    let store = Store::builder().build().unwrap();
+    let id = store.create(CreateTask::new()).unwrap().task_id;
+    for _ in 0..300 {
+        let stop = WaitStop::new();
+        let start = Arc::new(Barrier::new(2));
+        let waiter = {
+            let (handle, stop, start) = (store.handle(), stop.clone(), start.clone());
+            thread::spawn(move || {
+                start.wait();
+                // Long enough that a lost stop shows as `Timeout`, not as a hung test.
+                handle.wait_terminal_or_stop(id, None, Some(Duration::from_secs(20)), &stop)
+            })
+        };
+        start.wait();
+        stop.stop();
+        assert_eq!(waiter.join().unwrap(), Err(StoreError::Stopped));
+    }
+    assert_eq!(store.stats().unwrap().waiters, 0);
+}
+
+#[test]
 fn a_completion_wakes_a_blocked_waiter_with_the_task() {
     let store = Store::builder().build().unwrap();
     let id = store.create(CreateTask::new()).unwrap().task_id;
@@ -820,4 +880,139 @@ fn every_listing_walk_during_concurrent_updates_has_each_task_exactly_once() {
     for updater in updaters {
         updater.join().unwrap();
     }
+}
+
+/// A store that implements only what the trait requires, by passing every call to a
+/// handle: it has the trait's defaults.
+struct OnlyRequired(StoreHandle);
+
+impl TaskStore for OnlyRequired {
+    fn create(&self, req: CreateTask) -> Result<Task, StoreError> {
+        self.0.create(req)
+    }
+    fn get(&self, id: TaskId, session: Option<&SessionId>) -> Result<Task, StoreError> {
+        self.0.get(id, session)
+    }
+    fn get_detail(&self, id: TaskId, s: Option<&SessionId>) -> Result<TaskDetail, StoreError> {
+        self.0.get_detail(id, s)
+    }
+    fn update_status(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        status: TaskStatus,
+        message: Option<String>,
+    ) -> Result<Task, StoreError> {
+        self.0.update_status(id, session, status, message)
+    }
+    fn store_result(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        status: TaskStatus,
+        outcome: Outcome,
+        message: Option<String>,
+    ) -> Result<Task, StoreError> {
+        self.0.store_result(id, session, status, outcome, message)
+    }
+    fn get_result(&self, id: TaskId, s: Option<&SessionId>) -> Result<TaskResult, StoreError> {
+        self.0.get_result(id, s)
+    }
+    fn wait_terminal(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        timeout: Option<Duration>,
+    ) -> Result<Task, StoreError> {
+        self.0.wait_terminal(id, session, timeout)
+    }
+    fn list(&self, s: Option<&SessionId>, cursor: Option<&str>) -> Result<TaskPage, StoreError> {
+        self.0.list(s, cursor)
+    }
+    fn cancel(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        message: Option<String>,
+    ) -> Result<CancelOutcome, StoreError> {
+        self.0.cancel(id, session, message)
+    }
+    fn set_input_requests(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        requests: InputRequests,
+    ) -> Result<Task, StoreError> {
+        self.0.set_input_requests(id, session, requests)
+    }
+    fn resolve_input(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        responses: InputResponses,
+    ) -> Result<Task, StoreError> {
+        self.0.resolve_input(id, session, responses)
+    }
+    fn wait_input(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        key: &str,
+        timeout: Option<Duration>,
+    ) -> Result<serde_json::Value, StoreError> {
+        self.0.wait_input(id, session, key, timeout)
+    }
+    fn cancel_token(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+    ) -> Result<CancelToken, StoreError> {
+        self.0.cancel_token(id, session)
+    }
+    fn subscribe(&self) -> Result<crossbeam_channel::Receiver<StoreEvent>, StoreError> {
+        self.0.subscribe()
+    }
+}
+
+#[test]
+fn the_default_stoppable_wait_sees_its_stop_between_slices_and_keeps_its_timeout() {
+    let clock = ManualClock::new();
+    let store = manual_store(&clock);
+    let plain = Arc::new(OnlyRequired(store.handle()));
+    let id = store.create(CreateTask::new()).unwrap().task_id;
+    let wait = |timeout: Option<Duration>, stop: &WaitStop| {
+        let (plain, stop) = (plain.clone(), stop.clone());
+        thread::spawn(move || plain.wait_terminal_or_stop(id, None, timeout, &stop))
+    };
+    // Slices of STOP_POLL on the store's clock: the stop is seen when one ends.
+    let stop = WaitStop::new();
+    let stopped = wait(None, &stop);
+    until_parked(&store, 1);
+    stop.stop();
+    clock.advance(STOP_POLL);
+    store.sync().unwrap();
+    assert_eq!(stopped.join().unwrap(), Err(StoreError::Stopped));
+
+    // The slices add up to the timeout, not to a slice more.
+    let timeout = STOP_POLL * 2 + STOP_POLL / 2;
+    let timed = wait(Some(timeout), &WaitStop::new());
+    for step in [
+        STOP_POLL,
+        STOP_POLL,
+        STOP_POLL / 2 - Duration::from_millis(1),
+    ] {
+        until_parked(&store, 1);
+        clock.advance(step);
+        store.sync().unwrap();
+    }
+    until_parked(&store, 1);
+    clock.advance(Duration::from_millis(1));
+    store.sync().unwrap();
+    assert_eq!(timed.join().unwrap(), Err(StoreError::Timeout));
+
+    // And a task that ends ends the wait.
+    let ended = wait(Some(timeout), &WaitStop::new());
+    until_parked(&store, 1);
+    store.cancel(id, None, None).unwrap();
+    assert_eq!(ended.join().unwrap().unwrap().status, TaskStatus::Cancelled);
 }

@@ -2028,3 +2028,57 @@ fn peeks_leave_due_tasks_to_the_owner_under_both_expiry_policies() {
         }
     }
 }
+
+#[test]
+fn stopping_waits_answers_only_the_picked_ones_and_forgets_them() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(0), id(1), None, requests(&["a"]))
+        .unwrap();
+    m.wait_terminal(at(0), id(1), None, Some(Millis(500)), 1);
+    m.wait_terminal(at(0), id(1), None, None, 2);
+    m.wait_input(at(0), id(1), None, "a", Some(Millis(500)), 3);
+    m.wait_terminal(at(0), id(1), None, Some(Millis(500)), 4);
+    let timers = m.stats().timers;
+
+    m.stop_waits(id(1), |token| *token == 1 || *token == 3);
+    let mut woken = wakes(&mut m);
+    woken.sort_by_key(|(token, _)| *token);
+    assert_eq!(
+        woken,
+        vec![
+            (1, WakeOutcome::Terminal(Err(StoreError::Stopped))),
+            (3, WakeOutcome::Input(Err(StoreError::Stopped))),
+        ]
+    );
+    assert_eq!(m.stats().waiters, 2);
+    assert_eq!(
+        m.stats().timers,
+        timers - 2,
+        "a stopped wait's deadline goes too"
+    );
+
+    // The ones left are answered as usual, and the stopped ones never again.
+    m.handle_timeout(at(500), usize::MAX);
+    assert_eq!(
+        wakes(&mut m),
+        vec![(4, WakeOutcome::Terminal(Err(StoreError::Timeout)))]
+    );
+    m.cancel(at(600), id(1), None, None).unwrap();
+    let woken = wakes(&mut m);
+    assert!(
+        matches!(&woken[..], [(2, WakeOutcome::Terminal(Ok(_)))]),
+        "{woken:?}"
+    );
+    assert_eq!(m.stats().waiters, 0);
+}
+
+#[test]
+fn stopping_waits_on_an_unknown_task_or_with_none_parked_changes_nothing() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.stop_waits(id(1), |_| true);
+    m.stop_waits(id(42), |_| true);
+    assert!(wakes(&mut m).is_empty());
+    assert_eq!(m.stats().waiters, 0);
+}
