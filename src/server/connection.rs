@@ -19,7 +19,7 @@ use super::ServerCore;
 use crate::model::{CreateTask, SessionId, StoreEvent, Task, TaskId};
 use crate::protocol::jsonrpc::{self, Message, Request, RequestId, RpcError, INTERNAL_ERROR};
 use crate::protocol::{rpc_error, sep2663, v2025, RequestMeta, Revision};
-use crate::store::CancelToken;
+use crate::store::{CancelToken, WaitStop};
 use crate::StoreError;
 
 /// Where a request's response goes (the transport decides: a line on stdout, an HTTP body).
@@ -54,10 +54,6 @@ pub(crate) fn unsupported_version(version: &str) -> RpcError {
 /// How often a tool waiting for the client's answer looks whether its task ended, in case
 /// the store event saying so was lost.
 const TASK_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// How long a waiting `tasks/result` waits before it looks whether its client gave up on
-/// it: the longest a cancelled call keeps its place and thread.
-const RESULT_WAIT_SLICE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A waiting `tasks/result` still waits...
 const WAITING: u8 = 0;
@@ -100,9 +96,9 @@ pub struct Connection {
     /// the promotion budget, and a task takes `tasks/cancel`.)
     inline_runs: Mutex<HashMap<RequestId, Arc<Binding>>>,
     /// `tasks/result` calls waiting on threads of their own, by request id, each with the
-    /// flag that `notifications/cancelled` (or closing) raises to end its wait. (A client
-    /// may reuse an id, wrongly: every call under it is kept, and a cancel ends them all.)
-    waiting_results: Mutex<HashMap<RequestId, Vec<Arc<AtomicU8>>>>,
+    /// means that `notifications/cancelled` (or closing) ends its wait by. (A client may
+    /// reuse an id, wrongly: every call under it is kept, and a cancel ends them all.)
+    waiting_results: Mutex<HashMap<RequestId, Vec<Arc<Abandon>>>>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -194,7 +190,7 @@ impl Connection {
 
     /// `notifications/cancelled`: tells a plain call still running that its client gave up
     /// on it ([`TaskContext::is_cancelled`], and its `sleep` wakes), and ends a waiting
-    /// `tasks/result` within [`RESULT_WAIT_SLICE`], which gives its place and thread back.
+    /// `tasks/result` at once, which gives its place and thread back.
     /// Neither is answered (see [`Responder`]). A task is never cancelled this way: that
     /// takes `tasks/cancel`.
     fn cancel_request(&self, params: Option<Value>) {
@@ -211,8 +207,8 @@ impl Connection {
             log::info!("request {request_id} cancelled by the client");
         }
         if let Some(calls) = self.waiting_results.lock().get(&request_id) {
-            for abandoned in calls {
-                abandoned.store(CANCELLED_BY_CLIENT, Ordering::Release);
+            for abandon in calls {
+                abandon.raise(CANCELLED_BY_CLIENT);
             }
             log::info!("tasks/result {request_id} cancelled by the client");
         }
@@ -618,15 +614,13 @@ impl Connection {
                 let connection = place.connection.clone();
                 let store = connection.core.store.as_ref();
                 let session = connection.session.as_ref();
-                // Waits in slices, so that a call its client cancelled (or whose
-                // connection closed) gives its place and thread back.
-                while let Err(StoreError::Timeout) =
-                    store.wait_terminal(task, session, Some(RESULT_WAIT_SLICE))
+                // Stopped when its client cancels it or its connection closes, which gives
+                // its place and thread back.
+                let stop = &place.abandon.stop;
+                if let Err(StoreError::Stopped) =
+                    store.wait_terminal_or_stop(task, session, None, stop)
                 {
-                    let why = place.abandoned();
-                    if why == WAITING {
-                        continue;
-                    }
+                    let why = place.abandon.why();
                     drop(place);
                     if why == CANCELLED_BY_CLIENT {
                         return reply.withhold();
@@ -750,13 +744,8 @@ impl Connection {
         for binding in self.inline_runs.lock().values() {
             binding.cancel_inline();
         }
-        for abandoned in self.waiting_results.lock().values().flatten() {
-            let _ = abandoned.compare_exchange(
-                WAITING,
-                CONNECTION_CLOSED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
+        for abandon in self.waiting_results.lock().values().flatten() {
+            abandon.raise(CONNECTION_CLOSED);
         }
     }
 
@@ -776,8 +765,34 @@ impl Connection {
 struct WaitingPlace {
     connection: Arc<Connection>,
     request: RequestId,
+    abandon: Arc<Abandon>,
+}
+
+/// How a waiting `tasks/result` is ended early, and why it was.
+struct Abandon {
     /// [`WAITING`], then [`CANCELLED_BY_CLIENT`] or [`CONNECTION_CLOSED`].
-    abandoned: Arc<AtomicU8>,
+    why: AtomicU8,
+    stop: WaitStop,
+}
+
+impl Abandon {
+    /// Ends the wait, for the first reason given (a cancel also overrides a close: the
+    /// client asked for no answer).
+    fn raise(&self, why: u8) {
+        if why == CANCELLED_BY_CLIENT {
+            self.why.store(why, Ordering::Release);
+        } else {
+            let _ = self
+                .why
+                .compare_exchange(WAITING, why, Ordering::AcqRel, Ordering::Acquire);
+        }
+        self.stop.stop();
+    }
+
+    /// [`WAITING`], or why the wait was ended.
+    fn why(&self) -> u8 {
+        self.why.load(Ordering::Acquire)
+    }
 }
 
 impl WaitingPlace {
@@ -792,26 +807,24 @@ impl WaitingPlace {
         }
         // `close` sets its flag before it raises the registered ones: a call registered
         // after that sees the flag here.
-        let abandoned = Arc::new(AtomicU8::new(WAITING));
+        let abandon = Arc::new(Abandon {
+            why: AtomicU8::new(WAITING),
+            stop: WaitStop::new(),
+        });
         connection
             .waiting_results
             .lock()
             .entry(request.clone())
             .or_default()
-            .push(abandoned.clone());
+            .push(abandon.clone());
         if connection.closed.load(Ordering::SeqCst) {
-            abandoned.store(CONNECTION_CLOSED, Ordering::Release);
+            abandon.raise(CONNECTION_CLOSED);
         }
         Some(WaitingPlace {
             connection: connection.clone(),
             request,
-            abandoned,
+            abandon,
         })
-    }
-
-    /// [`WAITING`], or why the call should stop.
-    fn abandoned(&self) -> u8 {
-        self.abandoned.load(Ordering::Acquire)
     }
 }
 
@@ -821,7 +834,7 @@ impl Drop for WaitingPlace {
         {
             let mut waiting = connection.waiting_results.lock();
             if let Some(calls) = waiting.get_mut(&self.request) {
-                calls.retain(|flag| !Arc::ptr_eq(flag, &self.abandoned));
+                calls.retain(|abandon| !Arc::ptr_eq(abandon, &self.abandon));
                 if calls.is_empty() {
                     waiting.remove(&self.request);
                 }

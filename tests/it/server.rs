@@ -402,7 +402,9 @@ struct WaitingPlaces {
 
 impl WaitingPlaces {
     fn new(max: usize) -> WaitingPlaces {
-        let store = Store::builder().build().unwrap();
+        // The store's clock stands still, so no wait ends by timing out: a call its client
+        // cancels, or whose connection closes, has to be stopped.
+        let store = Store::builder().clock(ManualClock::new()).build().unwrap();
         let server = Server::builder()
             .store(Arc::new(store.handle()))
             .max_waiting_results(max)
