@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use super::context::{Binding, ClientPeer, TaskContext};
 use super::tools::{Preflight, TaskSupport, Tool};
 use super::ServerCore;
-use crate::model::{CreateTask, SessionId, StoreEvent, Task, TaskId};
+use crate::model::{CreateTask, SessionId, StoreEvent, Task, TaskId, TaskStatus};
 use crate::protocol::jsonrpc::{self, Message, Request, RequestId, RpcError, INTERNAL_ERROR};
 use crate::protocol::{rpc_error, sep2663, v2025, RequestMeta, Revision};
 use crate::store::{CancelToken, WaitStop};
@@ -83,8 +83,9 @@ pub struct Connection {
     next_request_id: AtomicI64,
     blocked_results: AtomicUsize,
     /// Live 2025-11-25 tasks this connection created: the ones it sends
-    /// `notifications/tasks/status` for (SEP-2663 has no unsolicited notifications).
-    notified: Mutex<HashSet<TaskId>>,
+    /// `notifications/tasks/status` for (SEP-2663 has no unsolicited notifications), with
+    /// the last status it sent (or the first, `working`).
+    notified: Mutex<HashMap<TaskId, TaskStatus>>,
     /// False once `initialize` settled on a protocol version older than 2025-11-25, which
     /// has no tasks: the client is then served as if the server had none.
     tasks_negotiated: AtomicBool,
@@ -146,7 +147,7 @@ impl Connection {
             pending: Mutex::new(HashMap::new()),
             next_request_id: AtomicI64::new(1),
             blocked_results: AtomicUsize::new(0),
-            notified: Mutex::new(HashSet::new()),
+            notified: Mutex::new(HashMap::new()),
             tasks_negotiated: AtomicBool::new(true),
             closed: AtomicBool::new(false),
             inline_runs: Mutex::new(HashMap::new()),
@@ -437,7 +438,7 @@ impl Connection {
         let revision = run.revision;
         if revision == Revision::V2025 {
             // Before the run starts, so no status change can be missed.
-            self.notified.lock().insert(id);
+            self.notified.lock().insert(id, task.status);
         }
         let connection = self.clone();
         let submitted = self.core.pool.submit(move || {
@@ -671,9 +672,12 @@ impl Connection {
             let ours = {
                 let mut notified = self.notified.lock();
                 if ended {
-                    notified.remove(&task_id)
+                    notified.remove(&task_id).is_some()
+                } else if let Some(last) = notified.get_mut(&task_id) {
+                    *last = task.status;
+                    true
                 } else {
-                    notified.contains(&task_id)
+                    false
                 }
             };
             if ours {
@@ -701,20 +705,28 @@ impl Connection {
     }
 
     /// After store events were lost: the tasks this connection follows or waits on for the
-    /// client are looked up, and the ones that ended are handled as their lost events
-    /// would have been (their final status notified, the requests they wait on ended).
+    /// client are looked up, and the ones whose status changed since the last notification
+    /// are handled as their lost events would have been (the status notified; for a task
+    /// that ended, the requests it waits on ended too).
     fn resync(&self) {
-        let followed: Vec<TaskId> = self.notified.lock().iter().copied().collect();
-        for task_id in followed {
+        let followed: Vec<(TaskId, TaskStatus)> = self
+            .notified
+            .lock()
+            .iter()
+            .map(|(&id, &status)| (id, status))
+            .collect();
+        for (task_id, last) in followed {
             match self.core.store.get(task_id, self.session.as_ref()) {
-                Ok(task) if task.status.is_terminal() => {
+                Ok(task) if task.status != last => {
                     self.handle_store_event(&StoreEvent::Status {
                         task,
                         session: self.session.clone(),
                     });
                 }
                 Ok(_) => {}
-                Err(_) => self.notified.lock().retain(|id| *id != task_id),
+                Err(_) => {
+                    self.notified.lock().remove(&task_id);
+                }
             }
         }
         let waited_on: HashSet<TaskId> = self

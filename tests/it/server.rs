@@ -871,6 +871,24 @@ fn lost_store_events_are_made_up_for_when_the_loss_is_reported() {
 }
 
 #[test]
+fn a_running_tasks_lost_status_change_is_made_up_for_once() {
+    let mut h = Harness::new();
+    h.initialize(json!({"elicitation": {}}));
+    let id = h.start("ask", json!({"question": "?"}));
+    h.next_outgoing("elicitation/create");
+    // The move to input_required was lost with other events (nothing pumps them here).
+    let lagged = mcp_task_store::StoreEvent::Lagged { missed: 1 };
+    h.connection.handle_store_event(&lagged);
+    let notified = h.next_outgoing("notifications/tasks/status");
+    assert_eq!(notified["params"]["taskId"], id.as_str(), "{notified}");
+    assert_eq!(notified["params"]["status"], "input_required", "{notified}");
+    // Nothing changed since: a second loss notifies nothing.
+    h.connection.handle_store_event(&lagged);
+    let extra: Vec<Value> = h.outgoing.try_iter().collect();
+    assert!(extra.is_empty(), "{extra:?}");
+}
+
+#[test]
 fn a_task_that_outlives_its_ttl_fails_and_its_tool_stops() {
     let clock = ManualClock::new();
     let store = Store::builder().clock(clock.clone()).build().unwrap();
