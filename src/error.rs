@@ -27,6 +27,9 @@ pub enum StoreError {
     NoResult {
         /// The task's current status.
         status: TaskStatus,
+        /// True if the task failed because its TTL ran out (it is in the grace period of
+        /// [`ExpiryPolicy::Fail`](crate::ExpiryPolicy::Fail)).
+        expired: bool,
     },
     /// The list cursor is malformed, was made for another session, or is empty.
     InvalidCursor,
@@ -79,8 +82,9 @@ impl fmt::Display for StoreError {
             StoreError::AlreadyTerminal(task) => {
                 write!(f, "task is already in terminal status '{}'", task.status)
             }
-            StoreError::NoResult { status } => {
-                write!(f, "task has no stored result (status '{status}')")
+            StoreError::NoResult { status, expired } => {
+                write!(f, "task has no stored result (status '{status}'")?;
+                f.write_str(if *expired { ", expired)" } else { ")" })
             }
             StoreError::InvalidCursor => f.write_str("invalid cursor"),
             StoreError::LimitExceeded { scope, limit } => match scope {

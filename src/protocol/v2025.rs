@@ -201,19 +201,28 @@ fn result(
             Outcome::Result(value) => Ok(with_related_task((*value).clone(), id)),
             Outcome::Error(error) => Err(RpcError::from_value(&error)),
         },
-        Err(StoreError::NoResult { status }) => Err(no_result(&task, status)),
+        Err(StoreError::NoResult { status, expired }) => Err(no_result(&task, status, expired)),
         Err(other) => Err(rpc_error(&other)),
     }
 }
 
 /// The error `tasks/result` answers for a terminal task without an outcome: -32602 for a
-/// cancelled task (there is nothing to return), -32603 for one that failed by expiring.
-fn no_result(task: &Task, status: TaskStatus) -> RpcError {
+/// cancelled task (there is nothing to return) and for one that failed by expiring (the
+/// spec's code for an expired task, though it stays readable for its grace period), -32603
+/// for one set `failed` by hand.
+fn no_result(task: &Task, status: TaskStatus, expired: bool) -> RpcError {
     let id = task.task_id;
     match status {
         TaskStatus::Cancelled => RpcError::new(
             INVALID_PARAMS,
             format!("Task {id} was cancelled and has no result"),
+        ),
+        _ if expired => RpcError::new(
+            INVALID_PARAMS,
+            match &task.status_message {
+                Some(why) => format!("Failed to retrieve task: Task has expired ({why})"),
+                None => "Failed to retrieve task: Task has expired".to_string(),
+            },
         ),
         _ => RpcError::new(
             INTERNAL_ERROR,

@@ -1035,6 +1035,7 @@ impl<W> StoreMachine<W> {
             }),
             None => Err(StoreError::NoResult {
                 status: entry.status,
+                expired: entry.expired,
             }),
         }
     }

@@ -673,7 +673,8 @@ fn reads_never_show_a_task_past_its_ttl() {
     assert_eq!(
         store.get_result(id, None),
         Err(StoreError::NoResult {
-            status: TaskStatus::Failed
+            status: TaskStatus::Failed,
+            expired: true
         })
     );
 }

@@ -910,12 +910,13 @@ fn a_task_that_outlives_its_ttl_fails_and_its_tool_stops() {
         assert_eq!(task["status"], "failed");
         assert!(task["statusMessage"].as_str().unwrap().contains("expired"));
     }
+    // Its result is refused as the spec refuses an expired task's: -32602.
     let response = h.request("tasks/result", json!({"taskId": ids[0]}));
-    assert_eq!(response["error"]["code"], -32603);
+    assert_eq!(response["error"]["code"], -32602, "{response}");
     assert!(response["error"]["message"]
         .as_str()
         .unwrap()
-        .contains("expired"));
+        .contains("Task has expired"));
     // The sleeping tools were told to stop: a worker is free for a new call.
     let echoed = h.result(
         "tools/call",

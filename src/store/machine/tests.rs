@@ -380,7 +380,8 @@ fn expiry_policy_fail_marks_a_running_task_failed_then_removes_it_after_the_grac
     assert_eq!(
         m.get_result(at(1_000), id(1), None),
         Err(StoreError::NoResult {
-            status: TaskStatus::Failed
+            status: TaskStatus::Failed,
+            expired: true
         })
     );
     assert!(m.get(at(1_499), id(1), None).is_ok());
@@ -831,7 +832,8 @@ fn late_completion_never_overwrites_a_cancel() {
     assert_eq!(
         m.get_result(at(3), id(1), None),
         Err(StoreError::NoResult {
-            status: TaskStatus::Cancelled
+            status: TaskStatus::Cancelled,
+            expired: false
         })
     );
 }
@@ -843,7 +845,8 @@ fn get_result_of_a_running_task_reports_no_result() {
     assert_eq!(
         m.get_result(at(1), id(1), None),
         Err(StoreError::NoResult {
-            status: TaskStatus::Working
+            status: TaskStatus::Working,
+            expired: false
         })
     );
 }

@@ -62,7 +62,7 @@ fn err_obs(e: StoreError, task: impl Fn(&Task) -> TaskObs) -> ErrObs {
         StoreError::NotFound => ErrObs::NotFound,
         StoreError::InvalidTransition { from, to } => ErrObs::InvalidTransition { from, to },
         StoreError::AlreadyTerminal(t) => ErrObs::AlreadyTerminal(Box::new(task(&t))),
-        StoreError::NoResult { status } => ErrObs::NoResult(status),
+        StoreError::NoResult { status, .. } => ErrObs::NoResult(status),
         StoreError::InvalidCursor => ErrObs::InvalidCursor,
         StoreError::LimitExceeded { scope, .. } => ErrObs::Limit(scope),
         StoreError::InputKeyReused { .. } => ErrObs::InputKeyReused,
