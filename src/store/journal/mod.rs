@@ -297,14 +297,50 @@ fn lock_dir(dir: &Path) -> Result<File, StoreError> {
 /// How long a store waits for the directory's lock before calling it in use.
 const LOCK_PATIENCE: Duration = Duration::from_secs(1);
 
+/// Makes the entries of `dir` (files created, renamed or removed in it) durable.
 fn sync_dir(dir: &Path) -> io::Result<()> {
+    #[cfg(test)]
+    tests::SYNCED_DIRS.with(|synced| synced.borrow_mut().push(dir.to_owned()));
     File::open(dir)?.sync_all()
+}
+
+/// `dir` and those of its ancestors that do not exist yet, deepest first: what
+/// `create_dir_all` is about to create.
+fn missing_dirs(dir: &Path) -> Vec<PathBuf> {
+    dir.ancestors()
+        .filter(|d| !d.as_os_str().is_empty())
+        .take_while(|d| !d.exists())
+        .map(Path::to_path_buf)
+        .collect()
+}
+
+/// The directory holding `path`'s entry (`.` for a bare relative name).
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    }
+}
+
+/// Makes the entries `open` created durable: a new log's in `dir`, and each created
+/// directory's in its parent. Without this a power loss can take the first log, and every
+/// batch acknowledged in it, with it: `fdatasync` on a file does not persist its name.
+fn sync_created(dir: &Path, created_dirs: &[PathBuf], new_log: bool) -> Result<(), StoreError> {
+    let sync = |d: &Path| sync_dir(d).map_err(|e| io_error(d, "cannot sync", e));
+    if new_log || !created_dirs.is_empty() {
+        sync(dir)?;
+    }
+    for created in created_dirs {
+        sync(parent_dir(created))?;
+    }
+    Ok(())
 }
 
 impl Journal {
     /// Opens (or creates) the journal in `config.dir` and reads back what it holds.
     pub(crate) fn open(config: &JournalConfig) -> Result<(Journal, Recovered), StoreError> {
         let dir = &config.dir;
+        let created_dirs = missing_dirs(dir);
         fs::create_dir_all(dir).map_err(|e| io_error(dir, "cannot create", e))?;
         // Before reading anything: what another store is writing is not ours to recover.
         let lock = lock_dir(dir)?;
@@ -333,11 +369,17 @@ impl Journal {
             let _ = fs::remove_file(log_path(dir, *old));
         }
         let _ = fs::remove_file(dir.join("snapshot.tmp"));
+        let new_log = !logs.contains(&generation);
         let file = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
             .map_err(|e| io_error(&path, "cannot open", e))?;
+        // Only `Fsync` promises that acknowledged batches survive a power loss; the other
+        // modes lose them to one anyway.
+        if config.durability == Durability::Fsync {
+            sync_created(dir, &created_dirs, new_log)?;
+        }
         let mut tasks: Vec<TaskRecord> = state.into_values().collect();
         tasks.sort_unstable_by_key(|t| t.seq);
         recovered.tasks = tasks;
@@ -482,6 +524,20 @@ mod tests {
     use super::*;
     use crate::model::CreateTask;
     use crate::Store;
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// The directories [`sync_dir`] synced on this thread, in order (a test's seam:
+        /// no test can cut the power).
+        pub(super) static SYNCED_DIRS: RefCell<Vec<PathBuf>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Opens a journal on `config` and returns the directories it synced on the way.
+    fn synced_by_open(config: &JournalConfig) -> Vec<PathBuf> {
+        SYNCED_DIRS.with(|synced| synced.borrow_mut().clear());
+        drop(Journal::open(config).unwrap());
+        SYNCED_DIRS.with(|synced| synced.take())
+    }
 
     /// A store on `dir` that writes nothing at start (running tasks are kept).
     fn open(dir: &Path) -> Store {
@@ -498,6 +554,48 @@ mod tests {
             .collect();
         assert_eq!(found.len(), 1, "{found:?}");
         found.pop().unwrap()
+    }
+
+    #[test]
+    fn a_fresh_open_syncs_the_new_log_and_every_directory_it_created_into_its_parent() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("a").join("b");
+        let synced = synced_by_open(&JournalConfig::new(&dir));
+        // `b` holds the new log's entry, `a` holds `b`'s, the root holds `a`'s.
+        let expected = [
+            dir.clone(),
+            root.path().join("a"),
+            root.path().to_path_buf(),
+        ];
+        for d in &expected {
+            assert!(synced.contains(d), "{d:?} not synced: {synced:?}");
+        }
+        // Reopened, the log and the directories are already durable: nothing to sync.
+        assert_eq!(
+            synced_by_open(&JournalConfig::new(&dir)),
+            Vec::<PathBuf>::new()
+        );
+    }
+
+    #[test]
+    fn a_new_log_in_an_existing_directory_is_synced_into_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let synced = synced_by_open(&JournalConfig::new(dir.path()));
+        assert_eq!(synced, vec![dir.path().to_path_buf()]);
+    }
+
+    #[test]
+    fn modes_that_do_not_promise_power_loss_safety_sync_no_directory_at_open() {
+        for durability in [Durability::Flush, Durability::None] {
+            let root = tempfile::tempdir().unwrap();
+            let mut config = JournalConfig::new(root.path().join("new"));
+            config.durability = durability;
+            assert_eq!(
+                synced_by_open(&config),
+                Vec::<PathBuf>::new(),
+                "{durability:?}"
+            );
+        }
     }
 
     #[test]
