@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use mcp_task_store::{
     CreateTask, ExpiryPolicy, JournalConfig, ManualClock, Outcome, RecoveryPolicy, Store,
-    StoreError, TaskStatus,
+    StoreError, TaskId, TaskStatus,
 };
 use serde_json::json;
 
@@ -391,6 +391,69 @@ fn leftovers_of_an_interrupted_compaction_are_ignored() {
     let store = open(dir.path());
     assert!(store.get(id, None).is_ok());
     assert!(!dir.path().join("snapshot.tmp").exists());
+}
+
+/// A journal compacted after every batch, holding `count` working tasks: their ids, and its
+/// snapshot's and log's paths (one generation, above 0).
+fn compacted(dir: &Path, count: usize) -> (Vec<TaskId>, PathBuf, PathBuf) {
+    let mut config = journal(dir, RecoveryPolicy::Keep);
+    config.compact_ratio = 0;
+    config.compact_min_bytes = 0;
+    let store = Store::builder().journal(config).build().unwrap();
+    let ids = (0..count)
+        .map(|_| store.create(CreateTask::new()).unwrap().task_id)
+        .collect();
+    drop(store);
+    let named = |prefix: &str| {
+        let mut found: Vec<PathBuf> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+            .collect();
+        assert_eq!(found.len(), 1, "{found:?}");
+        found.pop().unwrap()
+    };
+    (ids, named("snapshot-"), named("journal-"))
+}
+
+/// Opens `dir` expecting a journal error; returns its message.
+fn refused(dir: &Path) -> String {
+    match Store::builder().journal(JournalConfig::new(dir)).build() {
+        Err(StoreError::Journal(message)) => message,
+        other => panic!("expected a journal error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_log_whose_snapshot_is_missing_is_refused_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, snapshot, log) = compacted(dir.path(), 3);
+    assert!(!log.ends_with("journal-0000000000000000.log"), "{log:?}");
+    fs::remove_file(&snapshot).unwrap();
+    let message = refused(dir.path());
+    assert!(message.contains(&log.display().to_string()), "{message}");
+    assert!(
+        message.contains(&snapshot.display().to_string()),
+        "{message}"
+    );
+    assert!(log.exists(), "the log is not deleted");
+}
+
+#[test]
+fn a_log_newer_than_the_newest_snapshot_is_refused_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, snapshot, log) = compacted(dir.path(), 3);
+    // An older snapshot is there, the newer one went missing: the newest log must not be
+    // replaced by the older generation.
+    let name = log.file_name().unwrap().to_string_lossy().into_owned();
+    let generation = u64::from_str_radix(&name["journal-".len()..name.len() - 4], 16).unwrap();
+    let newer = dir
+        .path()
+        .join(format!("journal-{:016x}.log", generation + 1));
+    fs::rename(&log, &newer).unwrap();
+    let message = refused(dir.path());
+    assert!(message.contains(&newer.display().to_string()), "{message}");
+    assert!(newer.exists() && snapshot.exists(), "nothing is deleted");
 }
 
 /// Not a test by itself: the child process of the crash test (runs only when asked to).

@@ -10,7 +10,9 @@
 //! by one. Compaction writes
 //! `snapshot-(G+1)` through a temporary file and a rename, starts `journal-(G+1).log`, then
 //! deletes generation `G`; a crash at any point leaves a directory recovery reads correctly,
-//! because a generation's log is only ever replayed over its own snapshot.
+//! because a generation's log is only ever replayed over its own snapshot. Recovery reads
+//! the newest snapshot's generation and deletes only older ones; a log newer than that
+//! snapshot means a snapshot was lost, and is refused rather than deleted.
 //!
 //! A store holds an exclusive lock on the directory's `LOCK` file for as long as its journal
 //! is open, so a second store (say, a restarted server overlapping the old one) is refused
@@ -264,6 +266,25 @@ fn apply(
     Ok(())
 }
 
+/// Refuses a log newer than `generation`, the newest snapshot's (0 without one).
+///
+/// Compaction renames a generation's snapshot into place, and syncs the directory, before
+/// it creates that generation's log, so a log never outlives its snapshot by a crash. A log
+/// without its snapshot means the snapshot was lost: its tasks are gone, and the log's
+/// changes cannot be applied without them. Recovering the older generation instead would
+/// delete the log and every change acknowledged since; refusing keeps both for a human.
+fn check_no_newer_log(dir: &Path, generation: u64, logs: &[u64]) -> Result<(), StoreError> {
+    match logs.last() {
+        Some(&newest) if newest > generation => Err(StoreError::Journal(format!(
+            "{} needs {}, which is missing: recovering an older generation instead would \
+             lose every change in the log; refusing to start",
+            log_path(dir, newest).display(),
+            snapshot_path(dir, newest).display(),
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Takes the directory's exclusive lock, or says that another store holds it.
 fn lock_dir(dir: &Path) -> Result<File, StoreError> {
     let path = dir.join("LOCK");
@@ -346,6 +367,7 @@ impl Journal {
         let lock = lock_dir(dir)?;
         let (snapshots, logs) = generations(dir)?;
         let generation = snapshots.last().copied().unwrap_or(0);
+        check_no_newer_log(dir, generation, &logs)?;
         let mut recovered = Recovered::default();
         let mut state = BTreeMap::new();
         let mut base_bytes = 0;
@@ -363,8 +385,9 @@ impl Journal {
         } else {
             0
         };
-        // Older generations (and leftovers of an interrupted compaction) are obsolete.
-        for old in snapshots.iter().chain(&logs).filter(|g| **g != generation) {
+        // Older generations (and leftovers of an interrupted compaction) are obsolete; no
+        // newer one is left (checked above).
+        for old in snapshots.iter().chain(&logs).filter(|g| **g < generation) {
             let _ = fs::remove_file(snapshot_path(dir, *old));
             let _ = fs::remove_file(log_path(dir, *old));
         }
