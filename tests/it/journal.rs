@@ -456,6 +456,59 @@ fn a_log_newer_than_the_newest_snapshot_is_refused_and_kept() {
     assert!(newer.exists() && snapshot.exists(), "nothing is deleted");
 }
 
+/// Where each frame of a journal file starts, and where the last one ends.
+fn frame_bounds(bytes: &[u8]) -> Vec<usize> {
+    let mut bounds = vec![0];
+    let mut at = 0;
+    while at < bytes.len() {
+        at += 8 + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        bounds.push(at);
+    }
+    bounds
+}
+
+#[test]
+fn a_snapshot_cut_short_anywhere_is_damage_not_a_torn_tail() {
+    // A snapshot is synced before it is renamed into place: no crash tears it, so a short
+    // one lost tasks that were acknowledged, and must not be read as if whole.
+    let dir = tempfile::tempdir().unwrap();
+    let (ids, snapshot, _) = compacted(dir.path(), 3);
+    let whole = fs::read(&snapshot).unwrap();
+    let bounds = frame_bounds(&whole);
+    assert_eq!(bounds.len(), 1 + 4, "a header and three tasks");
+    for cut in 0..whole.len() {
+        fs::write(&snapshot, &whole[..cut]).unwrap();
+        // The cut frame's start, or the cut itself when it falls between frames.
+        let at = *bounds.iter().rev().find(|&&b| b <= cut).unwrap();
+        let message = refused(dir.path());
+        assert!(
+            message.contains(&format!("offset {at}:")),
+            "cut at {cut}: {message}"
+        );
+        assert!(
+            message.contains(&snapshot.display().to_string()),
+            "{message}"
+        );
+    }
+    fs::write(&snapshot, &whole).unwrap();
+    let store = open(dir.path());
+    for id in ids {
+        assert!(store.get(id, None).is_ok());
+    }
+}
+
+#[test]
+fn a_damaged_last_record_of_a_snapshot_is_damage_not_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, snapshot, _) = compacted(dir.path(), 3);
+    let mut bytes = fs::read(&snapshot).unwrap();
+    let last = frame_bounds(&bytes)[3];
+    bytes[last + 8 + 10] ^= 0x01;
+    fs::write(&snapshot, &bytes).unwrap();
+    let message = refused(dir.path());
+    assert!(message.contains(&format!("offset {last}:")), "{message}");
+}
+
 /// Not a test by itself: the child process of the crash test (runs only when asked to).
 #[test]
 fn crash_child() {

@@ -7,10 +7,11 @@
 //! Both are sequences of framed JSON records (see [`frame`]). A log holds one frame per
 //! group-commit batch (a JSON array of the batch's records, read back whole or not at all),
 //! so only its last frame can be torn by a crash; headers and snapshot records are framed one
-//! by one. Compaction writes
-//! `snapshot-(G+1)` through a temporary file and a rename, starts `journal-(G+1).log`, then
-//! deletes generation `G`; a crash at any point leaves a directory recovery reads correctly,
-//! because a generation's log is only ever replayed over its own snapshot. Recovery reads
+//! by one. Compaction writes `snapshot-(G+1)` (its header counts its tasks) through a
+//! synced temporary file and a rename, starts `journal-(G+1).log`, then deletes generation
+//! `G`; a crash at any point leaves a directory recovery reads correctly, because a
+//! generation's log is only ever replayed over its own snapshot. No crash tears a snapshot,
+//! so a broken or short one is damage, never a torn tail. Recovery reads
 //! the newest snapshot's generation and deletes only older ones; a log newer than that
 //! snapshot means a snapshot was lost, and is refused rather than deleted.
 //!
@@ -94,6 +95,11 @@ pub(crate) enum Record {
         generation: u64,
         cursor_key: u64,
         next_seq: u64,
+        /// In a snapshot, how many task records follow: a snapshot cut short on a frame
+        /// boundary reads as a whole file, and only this tells. Absent in logs, and in
+        /// snapshots of builds before it (older builds ignore it, so the version stays).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tasks: Option<u64>,
     },
     /// A task's full state (its origin only in its first record).
     Put(TaskRecord),
@@ -107,7 +113,8 @@ pub(crate) struct Recovered {
     pub(crate) cursor_key: Option<u64>,
     pub(crate) next_seq: u64,
     pub(crate) tasks: Vec<TaskRecord>,
-    /// A file was written in an older format than [`VERSION`].
+    /// A file was written in an older format than [`VERSION`], or is a snapshot that does
+    /// not count its tasks.
     pub(crate) legacy: bool,
 }
 
@@ -128,7 +135,8 @@ pub(crate) struct Journal {
     /// operating system drops it with the file, and with a process that dies.
     _lock: File,
     /// The files read at start were in an older format: compact at once, so that no file
-    /// mixes formats and an older build meeting the new one says so by its version.
+    /// mixes formats and an older build meeting the new one says so by its version (and a
+    /// snapshot that did not count its tasks is rewritten with the count).
     legacy: bool,
 }
 
@@ -172,24 +180,68 @@ fn generations(dir: &Path) -> Result<(Vec<u64>, Vec<u64>), StoreError> {
     Ok((snapshots, logs))
 }
 
-/// Reads one file's records into `state`. A torn tail is cut off the file (when `repair`),
-/// damage is an error naming the file and the offset.
+/// What a file is, which decides what a broken end means.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum FileKind {
+    /// `snapshot-G`: written whole to a temporary file, synced, then renamed into place, so
+    /// no crash tears it. Any broken or missing end is damage.
+    Snapshot,
+    /// `journal-G.log`: a crash can tear its last, unacknowledged batch, which is cut off.
+    Log,
+}
+
+/// The journal error for damage found in `path` at byte `offset`.
+fn damaged(path: &Path, offset: u64, reason: impl std::fmt::Display) -> StoreError {
+    StoreError::Journal(format!(
+        "{} is damaged at byte offset {offset}: {reason}",
+        path.display()
+    ))
+}
+
+/// What a snapshot's records said about it, to check it is whole.
+#[derive(Default)]
+struct Tally {
+    header: bool,
+    /// The task count the header promises (absent in snapshots written before it was).
+    promised: Option<u64>,
+    puts: u64,
+}
+
+impl Tally {
+    fn count(&mut self, record: &Record) {
+        match record {
+            Record::Header { tasks, .. } => {
+                self.header = true;
+                self.promised = *tasks;
+            }
+            Record::Put(_) => self.puts += 1,
+            Record::Remove { .. } => {}
+        }
+    }
+}
+
+/// Reads one file's records into `state`. A log's torn tail is cut off the file; damage,
+/// and any tear in a snapshot, is an error naming the file and the offset. Returns the
+/// length of the valid data.
 fn replay(
     path: &Path,
+    kind: FileKind,
     state: &mut BTreeMap<TaskId, TaskRecord>,
     recovered: &mut Recovered,
-    repair: bool,
 ) -> Result<u64, StoreError> {
     let bytes = fs::read(path).map_err(|e| io_error(path, "cannot read", e))?;
-    let (frames, ending) = frame::read_frames(&bytes).map_err(|damage| {
-        StoreError::Journal(format!(
-            "{} is damaged at byte offset {}: {}",
-            path.display(),
-            damage.offset,
-            damage.reason
-        ))
-    })?;
+    let (frames, ending) =
+        frame::read_frames(&bytes).map_err(|damage| damaged(path, damage.offset, damage.reason))?;
+    if let (FileKind::Snapshot, frame::Ending::TornTail { offset }) = (kind, &ending) {
+        return Err(damaged(
+            path,
+            *offset,
+            "a snapshot is synced before it is renamed into place, so a broken record in it \
+             is not a torn write",
+        ));
+    }
     let mut offset = 0u64;
+    let mut tally = Tally::default();
     for payload in frames {
         let unreadable = |e: serde_json::Error| {
             StoreError::Journal(format!(
@@ -206,26 +258,57 @@ fn replay(
         };
         offset += 8 + payload.len() as u64;
         for record in records {
+            tally.count(&record);
             apply(path, record, state, recovered)?;
         }
+    }
+    if kind == FileKind::Snapshot {
+        check_whole(path, &tally, offset, recovered)?;
     }
     if let frame::Ending::TornTail { offset } = ending {
         log::warn!(
             "{}: dropping a torn batch at byte offset {offset} (a write cut short by a crash)",
             path.display()
         );
-        if repair {
-            let file = OpenOptions::new()
-                .write(true)
-                .open(path)
-                .map_err(|e| io_error(path, "cannot open", e))?;
-            file.set_len(offset)
-                .and_then(|_| file.sync_all())
-                .map_err(|e| io_error(path, "cannot truncate", e))?;
-        }
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| io_error(path, "cannot open", e))?;
+        file.set_len(offset)
+            .and_then(|_| file.sync_all())
+            .map_err(|e| io_error(path, "cannot truncate", e))?;
         return Ok(offset);
     }
     Ok(bytes.len() as u64)
+}
+
+/// Checks that a snapshot of `len` bytes holds everything its header promises: a snapshot
+/// cut on a frame boundary reads as a clean file, and only the count tells.
+fn check_whole(
+    path: &Path,
+    tally: &Tally,
+    len: u64,
+    recovered: &mut Recovered,
+) -> Result<(), StoreError> {
+    if !tally.header {
+        return Err(damaged(path, 0, "the snapshot has no header"));
+    }
+    match tally.promised {
+        Some(promised) if promised != tally.puts => Err(damaged(
+            path,
+            len,
+            format!(
+                "the snapshot's header promises {promised} tasks and it holds {}",
+                tally.puts
+            ),
+        )),
+        Some(_) => Ok(()),
+        // Written before snapshots counted their tasks: rewrite it with a count at once.
+        None => {
+            recovered.legacy = true;
+            Ok(())
+        }
+    }
 }
 
 /// Applies one record read back from `path` to the recovered state.
@@ -374,14 +457,14 @@ impl Journal {
         if snapshots.last().is_some() {
             base_bytes = replay(
                 &snapshot_path(dir, generation),
+                FileKind::Snapshot,
                 &mut state,
                 &mut recovered,
-                false,
             )?;
         }
         let path = log_path(dir, generation);
         let log_bytes = if logs.contains(&generation) {
-            replay(&path, &mut state, &mut recovered, true)?
+            replay(&path, FileKind::Log, &mut state, &mut recovered)?
         } else {
             0
         };
@@ -496,6 +579,7 @@ impl Journal {
             generation: next,
             cursor_key,
             next_seq,
+            tasks: Some(tasks.len() as u64),
         };
         let mut bytes = frame::write_frame(&mut out, &serde_json::to_vec(&header)?)? as u64;
         for task in tasks {
@@ -523,6 +607,7 @@ impl Journal {
             generation: next,
             cursor_key,
             next_seq,
+            tasks: None,
         })?;
         self.commit()?;
         sync_dir(&dir)?;
@@ -538,6 +623,7 @@ impl Journal {
             generation: self.generation,
             cursor_key,
             next_seq,
+            tasks: None,
         })
     }
 }
@@ -691,6 +777,43 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_that_does_not_count_its_tasks_is_read_and_rewritten_with_the_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = JournalConfig::new(dir.path());
+        config.recovery = RecoveryPolicy::Keep;
+        config.compact_ratio = 0;
+        config.compact_min_bytes = 0;
+        let ids: Vec<TaskId> = {
+            let store = Store::builder().journal(config).build().unwrap();
+            (0..3)
+                .map(|_| store.create(CreateTask::new()).unwrap().task_id)
+                .collect()
+        };
+        // Rewrite the snapshot as builds before the count wrote it.
+        let path = only(dir.path(), "snapshot-");
+        let bytes = fs::read(&path).unwrap();
+        let (frames, _) = frame::read_frames(&bytes).unwrap();
+        let mut header: serde_json::Value = serde_json::from_slice(frames[0]).unwrap();
+        assert_eq!(header["tasks"], 3);
+        header.as_object_mut().unwrap().remove("tasks");
+        let mut old = Vec::new();
+        frame::write_frame(&mut old, &serde_json::to_vec(&header).unwrap()).unwrap();
+        for payload in &frames[1..] {
+            frame::write_frame(&mut old, payload).unwrap();
+        }
+        fs::write(&path, &old).unwrap();
+        let store = open(dir.path());
+        for id in &ids {
+            assert!(store.get(*id, None).is_ok());
+        }
+        drop(store);
+        let bytes = fs::read(only(dir.path(), "snapshot-")).unwrap();
+        let (frames, _) = frame::read_frames(&bytes).unwrap();
+        let header: serde_json::Value = serde_json::from_slice(frames[0]).unwrap();
+        assert_eq!(header["tasks"], 3, "rewritten with the count");
+    }
+
+    #[test]
     fn a_newer_format_is_refused_by_its_version() {
         let dir = tempfile::tempdir().unwrap();
         drop(open(dir.path()));
@@ -700,6 +823,7 @@ mod tests {
             generation: 0,
             cursor_key: 1,
             next_seq: 1,
+            tasks: None,
         };
         let mut bytes = Vec::new();
         frame::write_frame(&mut bytes, &serde_json::to_vec(&header).unwrap()).unwrap();
