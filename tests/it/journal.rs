@@ -302,6 +302,34 @@ fn a_damaged_record_in_the_middle_is_an_error_naming_file_and_offset() {
 }
 
 #[test]
+fn a_tail_crafted_to_make_the_search_for_a_valid_record_quadratic_is_damage() {
+    // Every 16th byte starts a would-be record (a `{...}` payload with a wrong checksum)
+    // claiming the rest of the file: searching it all would checksum ~len^2/32 bytes.
+    const LEN: usize = 16 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let id = open(dir.path()).create(CreateTask::new()).unwrap().task_id;
+    let log = log_file(dir.path());
+    let mut bytes = fs::read(&log).unwrap();
+    let good_len = bytes.len();
+    let mut tail = vec![b' '; LEN];
+    for at in (0..=LEN - 16).step_by(16) {
+        let claim = (LEN - at - 16) / 16 * 16 + 8;
+        tail[at..at + 4].copy_from_slice(&(claim as u32).to_le_bytes());
+        tail[at + 4..at + 8].copy_from_slice(&0x0bad_c0de_u32.to_le_bytes());
+        tail[at + 8] = b'{';
+        tail[at + 15] = b'}';
+    }
+    bytes.extend_from_slice(&tail);
+    fs::write(&log, &bytes).unwrap();
+    let message = damage_at(dir.path(), good_len);
+    assert!(message.contains("gave up"), "{message}");
+    // Refused, not cut: the bytes are there for a human, and the task with them.
+    assert_eq!(fs::read(&log).unwrap(), bytes);
+    fs::write(&log, &bytes[..good_len]).unwrap();
+    assert!(open(dir.path()).get(id, None).is_ok());
+}
+
+#[test]
 fn a_second_store_on_a_directory_in_use_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let first = open(dir.path());

@@ -4,7 +4,9 @@
 //! not at all, and the only frame a crash can leave broken is the last one. A broken frame
 //! is told apart from damage by what follows it: a torn tail (a write cut short, or a file
 //! whose size reached the disk before its data, which then reads back as zeros) has no valid
-//! frame anywhere after the broken one, while damage in the middle of a file does.
+//! frame anywhere after the broken one, while damage in the middle of a file does. The
+//! search for one checksums at most a bounded multiple of the bytes it searches; a file
+//! that needs more is damage too (no torn write comes close).
 
 use std::io::{self, Write};
 
@@ -82,8 +84,9 @@ pub(crate) struct Damaged {
     pub(crate) reason: String,
 }
 
-/// The frame at the start of `rest`: its payload, or why it is broken.
-fn frame_at(rest: &[u8]) -> Result<&[u8], &'static str> {
+/// The frame at the start of `rest`, unchecked: its payload and the checksum its header
+/// claims, or why it cannot be a frame at all (tests that cost no checksum).
+fn candidate(rest: &[u8]) -> Result<(&[u8], u32), &'static str> {
     if rest.len() < HEADER {
         return Err("the frame header is cut short");
     }
@@ -100,15 +103,60 @@ fn frame_at(rest: &[u8]) -> Result<&[u8], &'static str> {
     if !is_json_container(payload) {
         return Err("the payload is not a record");
     }
+    Ok((payload, crc))
+}
+
+/// The frame at the start of `rest`: its payload, or why it is broken.
+fn frame_at(rest: &[u8]) -> Result<&[u8], &'static str> {
+    let (payload, crc) = candidate(rest)?;
     if crc32(payload) != crc {
         return Err("checksum mismatch");
     }
     Ok(payload)
 }
 
-/// The first offset at or after `from` where a valid frame starts, if any.
-fn next_valid_frame(bytes: &[u8], from: usize) -> Option<usize> {
-    (from..bytes.len()).find(|&at| frame_at(&bytes[at..]).is_ok())
+/// Bytes the search after a broken frame may checksum: this many per byte it searches, plus
+/// [`SEARCH_SLACK`]. What a torn write leaves (a cut, zeros, part of one payload) holds
+/// next to no would-be frames that pass the cheap tests, so an honest search stays far
+/// below this; a crafted file whose every offset claims the rest of the file as a frame
+/// would otherwise cost time quadratic in its size (minutes for a few MiB).
+const SEARCH_BYTES_PER_BYTE: u64 = 4;
+/// See [`SEARCH_BYTES_PER_BYTE`].
+const SEARCH_SLACK: u64 = 1024 * 1024;
+
+/// What the search for a valid frame after a broken one found.
+#[derive(Debug, PartialEq, Eq)]
+enum Search {
+    /// A valid frame starts at this offset.
+    Found(usize),
+    /// No valid frame starts anywhere after.
+    Nothing,
+    /// The search reached its bound before it could tell: more would-be frames than a
+    /// torn write leaves, so not a torn tail.
+    GaveUp,
+}
+
+/// Looks for a valid frame at or after `from`; also returns the bytes it checksummed,
+/// which stay linear in the bytes searched.
+fn next_valid_frame(bytes: &[u8], from: usize) -> (Search, u64) {
+    let searched = bytes.len().saturating_sub(from) as u64;
+    let budget = searched
+        .saturating_mul(SEARCH_BYTES_PER_BYTE)
+        .saturating_add(SEARCH_SLACK);
+    let mut checksummed = 0u64;
+    for at in from..bytes.len() {
+        let Ok((payload, crc)) = candidate(&bytes[at..]) else {
+            continue;
+        };
+        if checksummed + payload.len() as u64 > budget {
+            return (Search::GaveUp, checksummed);
+        }
+        checksummed += payload.len() as u64;
+        if crc32(payload) == crc {
+            return (Search::Found(at), checksummed);
+        }
+    }
+    (Search::Nothing, checksummed)
 }
 
 /// Splits `bytes` into frame payloads.
@@ -117,7 +165,8 @@ fn next_valid_frame(bytes: &[u8], from: usize) -> Option<usize> {
 /// at any later byte: with one frame per batch and a sync between batches, only the last,
 /// unacknowledged batch can be torn, and whatever it left behind (a cut, zeros, part of its
 /// payload) holds no valid frame. Anything acknowledged after the broken frame would be a
-/// valid frame, so finding one means damage, never a tail to drop.
+/// valid frame, so finding one means damage, never a tail to drop. So does a search that
+/// reaches its bound (see [`SEARCH_BYTES_PER_BYTE`]) without telling.
 pub(crate) fn read_frames(bytes: &[u8]) -> Result<(Vec<&[u8]>, Ending), Damaged> {
     let mut frames = Vec::new();
     let mut offset = 0usize;
@@ -128,16 +177,20 @@ pub(crate) fn read_frames(bytes: &[u8]) -> Result<(Vec<&[u8]>, Ending), Damaged>
                 offset += HEADER + payload.len();
             }
             Err(reason) => {
-                if let Some(next) = next_valid_frame(bytes, offset + 1) {
-                    return Err(Damaged {
-                        offset: offset as u64,
-                        reason: format!(
-                            "{reason}, and a valid record follows at byte offset {next}"
-                        ),
-                    });
-                }
-                let offset = offset as u64;
-                return Ok((frames, Ending::TornTail { offset }));
+                let follows = match next_valid_frame(bytes, offset + 1).0 {
+                    Search::Nothing => {
+                        let offset = offset as u64;
+                        return Ok((frames, Ending::TornTail { offset }));
+                    }
+                    Search::Found(next) => format!("a valid record follows at byte offset {next}"),
+                    Search::GaveUp => "what follows holds more would-be records than a torn \
+                                       write leaves (the search for a valid one gave up)"
+                        .to_string(),
+                };
+                return Err(Damaged {
+                    offset: offset as u64,
+                    reason: format!("{reason}, and {follows}"),
+                });
             }
         }
     }
@@ -265,6 +318,56 @@ mod tests {
         tail[last] ^= 0x01;
         let offset = second as u64;
         assert_eq!(read_frames(&tail).unwrap().1, Ending::TornTail { offset });
+    }
+
+    /// `len` bytes in which every 16th offset starts a would-be frame with a wrong
+    /// checksum, claiming nearly all the rest of the bytes as its payload: `{`, 6 spaces,
+    /// `}`, repeated, its length a multiple of 16 plus 8 to end on a `}` (`len` a multiple
+    /// of 16).
+    fn crafted(len: usize) -> Vec<u8> {
+        let mut bytes = vec![b' '; len];
+        for at in (0..=len - 16).step_by(16) {
+            let claim = (len - at - HEADER - 8) / 16 * 16 + 8;
+            bytes[at..at + 4].copy_from_slice(&(claim as u32).to_le_bytes());
+            bytes[at + 4..at + 8].copy_from_slice(&0x0bad_c0de_u32.to_le_bytes());
+            bytes[at + 8] = b'{';
+            bytes[at + 15] = b'}';
+        }
+        bytes
+    }
+
+    #[test]
+    fn the_search_after_a_broken_frame_checksums_bytes_linear_in_what_it_searches() {
+        let good = file(&[ALPHA]);
+        for len in [16 * 1024, 256 * 1024, 4 * 1024 * 1024] {
+            let tail = crafted(len);
+            assert!(
+                candidate(&tail[16..]).is_ok_and(|(p, _)| p.len() > len / 2),
+                "the crafted tail is made of would-be frames"
+            );
+            let mut bytes = good.clone();
+            bytes.extend_from_slice(&tail);
+            let (found, checksummed) = next_valid_frame(&bytes, good.len() + 1);
+            assert_eq!(found, Search::GaveUp, "length {len}");
+            let bound = len as u64 * SEARCH_BYTES_PER_BYTE + SEARCH_SLACK;
+            assert!(checksummed <= bound, "{checksummed} bytes for {len}");
+            // Not a torn tail it cannot tell from damage: damage, at the broken frame.
+            let damage = read_frames(&bytes).unwrap_err();
+            assert_eq!(damage.offset, good.len() as u64);
+            assert!(damage.reason.contains("gave up"), "{damage:?}");
+        }
+    }
+
+    #[test]
+    fn a_torn_tail_checksums_next_to_nothing_in_the_search() {
+        let good = file(&[ALPHA]);
+        let mut bytes = good.clone();
+        let mut torn = file(&[br#"[{"b":"beta"},{"c":"gamma"}]"#]);
+        torn[20..].fill(0);
+        bytes.extend_from_slice(&torn);
+        bytes.extend_from_slice(&[0; 4096]);
+        let (found, checksummed) = next_valid_frame(&bytes, good.len() + 1);
+        assert_eq!((found, checksummed), (Search::Nothing, 0));
     }
 
     #[test]
