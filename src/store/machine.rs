@@ -844,9 +844,10 @@ impl<W> StoreMachine<W> {
 
     /// Rebuilds a machine from recovered records. TTL deadlines are recomputed from each
     /// task's wall-clock creation time, so a task whose TTL passed while the process was
-    /// down expires on the first `handle_timeout(now)`. Tasks still running follow
-    /// `policy`. Journaling starts enabled, and the recovery's own changes (failed tasks)
-    /// are pending in [`take_changes`](Self::take_changes).
+    /// down expires on the first `handle_timeout(now)`; a task failed by expiry keeps the
+    /// rest of its grace. Tasks still running follow `policy`. Journaling starts enabled,
+    /// and the recovery's own changes (failed tasks) are pending in
+    /// [`take_changes`](Self::take_changes).
     pub fn restore(
         config: StoreConfig,
         cursor_key: u64,
@@ -888,17 +889,9 @@ impl<W> StoreMachine<W> {
             );
             return;
         }
-        let grace = match self.config.expiry {
-            ExpiryPolicy::Fail { grace } if record.expired => duration_ms(grace),
-            _ => 0,
-        };
         // Wall-clock deadline -> time left -> a deadline on this process's monotonic base.
         let expires_at = record.ttl.map(|ttl| {
-            let deadline = record
-                .created_at
-                .as_millis()
-                .saturating_add(ttl)
-                .saturating_add(grace);
+            let deadline = self.restored_deadline(&record, ttl);
             now.mono.plus(deadline.saturating_sub(now.wall.as_millis()))
         });
         if let Some(at) = expires_at {
@@ -940,6 +933,21 @@ impl<W> StoreMachine<W> {
                 extra,
             },
         );
+    }
+
+    /// A recovered task's next deadline on the wall clock, in ms: its TTL from creation, or,
+    /// for a task the `Fail` policy already failed, the end of the grace that began when it
+    /// expired. The expiry bumped `last_updated_at` and a failed task changes no more, so
+    /// that is when the running store started the grace; it can be well after the TTL (a
+    /// task whose TTL ran out while the process was down expires at the next start).
+    fn restored_deadline(&self, record: &TaskRecord, ttl: u64) -> u64 {
+        let ttl_ends = record.created_at.as_millis().saturating_add(ttl);
+        match self.config.expiry {
+            ExpiryPolicy::Fail { grace } if record.expired => ttl_ends
+                .max(record.last_updated_at.as_millis())
+                .saturating_add(duration_ms(grace)),
+            _ => ttl_ends,
+        }
     }
 
     fn touch(&mut self, id: TaskId, change: Change) {

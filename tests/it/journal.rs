@@ -202,6 +202,44 @@ fn a_ttl_that_passed_while_the_process_was_down_expires_at_start() {
 }
 
 #[test]
+fn a_task_failed_by_expiry_keeps_its_whole_grace_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new();
+    let grace = Duration::from_secs(30);
+    let builder = || {
+        Store::builder()
+            .clock(clock.clone())
+            .expiry(ExpiryPolicy::Fail { grace })
+            .journal(journal(dir.path(), RecoveryPolicy::Keep))
+    };
+    let id = {
+        let store = builder().build().unwrap();
+        store.create(CreateTask::new().ttl(1_000)).unwrap().task_id
+    };
+    let expired = |store: &Store| {
+        let task = store.get(id, None).unwrap();
+        assert_eq!(task.status, TaskStatus::Failed);
+        assert!(task.status_message.unwrap().contains("expired"));
+    };
+    clock.advance(Duration::from_secs(60)); // down well past its TTL
+    expired(&builder().build().unwrap()); // expired at this start: its grace begins now
+    clock.advance(Duration::from_millis(10));
+    let store = builder().build().unwrap();
+    expired(&store); // the grace counts from the expiry, not from createdAt + ttl
+    clock.advance(grace - Duration::from_millis(11));
+    store.sync().unwrap();
+    expired(&store);
+    clock.advance(Duration::from_millis(1));
+    store.sync().unwrap();
+    assert_eq!(store.get(id, None), Err(StoreError::NotFound));
+    drop(store);
+    assert_eq!(
+        builder().build().unwrap().get(id, None),
+        Err(StoreError::NotFound)
+    );
+}
+
+#[test]
 fn a_task_with_a_u64_max_ttl_survives_a_restart_with_the_same_ttl() {
     let dir = tempfile::tempdir().unwrap();
     let before = {
