@@ -845,9 +845,9 @@ impl<W> StoreMachine<W> {
     /// Rebuilds a machine from recovered records. TTL deadlines are recomputed from each
     /// task's wall-clock creation time, so a task whose TTL passed while the process was
     /// down expires on the first `handle_timeout(now)`; a task failed by expiry keeps the
-    /// rest of its grace. Tasks still running follow `policy`. Journaling starts enabled,
-    /// and the recovery's own changes (failed tasks) are pending in
-    /// [`take_changes`](Self::take_changes).
+    /// rest of its grace; `max_ttl` caps every recovered task. Tasks still running follow
+    /// `policy`. Journaling starts enabled, and the recovery's own changes (failed and
+    /// capped tasks) are pending in [`take_changes`](Self::take_changes).
     pub fn restore(
         config: StoreConfig,
         cursor_key: u64,
@@ -878,7 +878,7 @@ impl<W> StoreMachine<W> {
         Ok(machine)
     }
 
-    fn insert_record(&mut self, record: TaskRecord, now: Now) {
+    fn insert_record(&mut self, mut record: TaskRecord, now: Now) {
         // A journal never holds two live tasks with one id or one sequence number; if a
         // damaged one does, the first wins rather than two tasks sharing a key.
         if self.tasks.contains_key(&record.id) || self.tasks.by_seq(record.seq).is_some() {
@@ -889,6 +889,9 @@ impl<W> StoreMachine<W> {
             );
             return;
         }
+        let ttl = self.restored_ttl(record.ttl);
+        let capped = ttl != record.ttl;
+        record.ttl = ttl;
         // Wall-clock deadline -> time left -> a deadline on this process's monotonic base.
         let expires_at = record.ttl.map(|ttl| {
             let deadline = self.restored_deadline(&record, ttl);
@@ -933,6 +936,20 @@ impl<W> StoreMachine<W> {
                 extra,
             },
         );
+        if capped {
+            // Clients see the capped TTL from now on; the journal keeps it, not the old one.
+            self.touch(record.id, Change::Updated);
+        }
+    }
+
+    /// A recovered task's TTL under this configuration: `max_ttl` caps every task, also one
+    /// created under a looser configuration or with none (it still counts from creation).
+    fn restored_ttl(&self, ttl: Option<u64>) -> Option<u64> {
+        match (ttl, self.config.max_ttl.map(duration_ms)) {
+            (Some(ttl), Some(max)) => Some(ttl.min(max)),
+            (None, max) => max,
+            (ttl, None) => ttl,
+        }
     }
 
     /// A recovered task's next deadline on the wall clock, in ms: its TTL from creation, or,

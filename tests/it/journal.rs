@@ -240,6 +240,40 @@ fn a_task_failed_by_expiry_keeps_its_whole_grace_across_restarts() {
 }
 
 #[test]
+fn max_ttl_caps_recovered_tasks_from_their_creation() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new();
+    let builder = || {
+        Store::builder()
+            .clock(clock.clone())
+            .journal(journal(dir.path(), RecoveryPolicy::Keep))
+    };
+    let id = {
+        let store = builder().build().unwrap();
+        store.create(CreateTask::new()).unwrap().task_id // no TTL asked, none configured
+    };
+    clock.advance(Duration::from_millis(500));
+    let capped = || builder().max_ttl(Duration::from_secs(1));
+    let store = capped().build().unwrap();
+    let task = store.get(id, None).unwrap();
+    assert_eq!((task.status, task.ttl), (TaskStatus::Working, Some(1_000)));
+    clock.advance(Duration::from_millis(499));
+    store.sync().unwrap();
+    assert_eq!(store.get(id, None).unwrap().status, TaskStatus::Working);
+    clock.advance(Duration::from_millis(1)); // 1 s after creation
+    store.sync().unwrap();
+    let task = store.get(id, None).unwrap();
+    assert_eq!(task.status, TaskStatus::Failed);
+    assert!(task.status_message.unwrap().contains("expired"));
+    drop(store);
+    // The capped TTL was journaled: it holds without the cap too.
+    assert_eq!(
+        builder().build().unwrap().get(id, None).unwrap().ttl,
+        Some(1_000)
+    );
+}
+
+#[test]
 fn a_task_with_a_u64_max_ttl_survives_a_restart_with_the_same_ttl() {
     let dir = tempfile::tempdir().unwrap();
     let before = {
