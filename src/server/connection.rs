@@ -191,7 +191,9 @@ impl Connection {
 
     /// `notifications/cancelled`: tells a plain call still running that its client gave up
     /// on it ([`TaskContext::is_cancelled`], and its `sleep` wakes), and ends a waiting
-    /// `tasks/result` at once, which gives its place and thread back.
+    /// `tasks/result` (at once on a [`StoreHandle`](crate::StoreHandle), within
+    /// [`STOP_POLL`](crate::store::STOP_POLL) on a store with the trait's default), which
+    /// gives its place and thread back.
     /// Neither is answered (see [`Responder`]). A task is never cancelled this way: that
     /// takes `tasks/cancel`.
     fn cancel_request(&self, params: Option<Value>) {

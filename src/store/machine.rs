@@ -858,9 +858,14 @@ impl<W> StoreMachine<W> {
     ) -> Result<StoreMachine<W>, StoreError> {
         let mut machine = StoreMachine::new(config, cursor_key)?;
         machine.journaling = true;
+        let mut capped = 0usize;
         for record in records {
             machine.next_seq = machine.next_seq.max(record.seq + 1);
-            machine.insert_record(record, now);
+            capped += usize::from(machine.insert_record(record, now));
+        }
+        if capped > 0 {
+            // Lowering max_ttl can expire many old tasks at start; say why they went.
+            log::warn!("recovery capped the TTL of {capped} tasks at max_ttl");
         }
         machine.next_seq = machine.next_seq.max(next_seq);
         if policy == RecoveryPolicy::FailRunning {
@@ -878,7 +883,8 @@ impl<W> StoreMachine<W> {
         Ok(machine)
     }
 
-    fn insert_record(&mut self, mut record: TaskRecord, now: Now) {
+    /// Inserts one recovered task; true if `max_ttl` capped its TTL.
+    fn insert_record(&mut self, mut record: TaskRecord, now: Now) -> bool {
         // A journal never holds two live tasks with one id or one sequence number; if a
         // damaged one does, the first wins rather than two tasks sharing a key.
         if self.tasks.contains_key(&record.id) || self.tasks.by_seq(record.seq).is_some() {
@@ -887,7 +893,7 @@ impl<W> StoreMachine<W> {
                 record.id,
                 record.seq
             );
-            return;
+            return false;
         }
         let ttl = self.restored_ttl(record.ttl);
         let capped = ttl != record.ttl;
@@ -940,6 +946,7 @@ impl<W> StoreMachine<W> {
             // Clients see the capped TTL from now on; the journal keeps it, not the old one.
             self.touch(record.id, Change::Updated);
         }
+        capped
     }
 
     /// A recovered task's TTL under this configuration: `max_ttl` caps every task, also one

@@ -37,8 +37,10 @@ struct StopState {
 #[derive(Debug, Default)]
 struct Inner {
     stopped: bool,
-    /// The waits running with this stop: their task, and the way to their store.
-    waits: Vec<(TaskId, Poster)>,
+    /// The waits running with this stop: a number to tell them apart (two stores may hold
+    /// tasks with one id), their task, and the way to their store.
+    waits: Vec<(u64, TaskId, Poster)>,
+    next: u64,
 }
 
 impl Default for WaitStop {
@@ -65,7 +67,7 @@ impl WaitStop {
             inner.stopped = true;
             std::mem::take(&mut inner.waits)
         };
-        for (id, store) in waits {
+        for (_, id, store) in waits {
             // False only if the store is gone, which ends the wait anyway.
             store.send(Command::StopWaits {
                 id,
@@ -90,22 +92,23 @@ impl WaitStop {
         if inner.stopped {
             return None;
         }
-        inner.waits.push((id, store.clone()));
-        Some(Running { stop: self, id })
+        let number = inner.next;
+        inner.next += 1;
+        inner.waits.push((number, id, store.clone()));
+        Some(Running { stop: self, number })
     }
 }
 
 /// A wait in progress with a [`WaitStop`]; forgets it when dropped.
 pub(crate) struct Running<'a> {
     stop: &'a WaitStop,
-    id: TaskId,
+    number: u64,
 }
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
         let mut inner = self.stop.0.inner.lock();
-        // Waits on one task with one stop are interchangeable (a stop ends them all).
-        if let Some(at) = inner.waits.iter().position(|(id, _)| *id == self.id) {
+        if let Some(at) = inner.waits.iter().position(|w| w.0 == self.number) {
             inner.waits.swap_remove(at);
         }
     }

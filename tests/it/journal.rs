@@ -687,3 +687,45 @@ fn a_store_reopens_its_directory_while_other_threads_start_processes() {
         failures.first()
     );
 }
+
+#[test]
+fn one_stop_ends_waits_on_two_stores_holding_the_same_task_id() {
+    // Two stores recovered from copies of one directory hold the same task id.
+    let a_dir = tempfile::tempdir().unwrap();
+    let b_dir = tempfile::tempdir().unwrap();
+    let id = {
+        let store = open(a_dir.path());
+        store.create(CreateTask::new()).unwrap().task_id
+    };
+    fs::copy(
+        log_file(a_dir.path()),
+        b_dir
+            .path()
+            .join(log_file(a_dir.path()).file_name().unwrap()),
+    )
+    .unwrap();
+    let (a, b) = (open(a_dir.path()), open(b_dir.path()));
+    let stop = mcp_task_store::WaitStop::new();
+    let wait = |store: &Store| {
+        let (handle, stop) = (store.handle(), stop.clone());
+        std::thread::spawn(move || {
+            handle.wait_terminal_or_stop(id, None, Some(Duration::from_secs(20)), &stop)
+        })
+    };
+    let parked = |store: &Store| {
+        let started = std::time::Instant::now();
+        while store.stats().unwrap().waiters == 0 {
+            assert!(started.elapsed() < Duration::from_secs(10), "never parked");
+            std::thread::yield_now();
+        }
+    };
+    let on_b = wait(&b);
+    parked(&b);
+    let on_a = wait(&a);
+    parked(&a);
+    // The wait on A ends first; the stop must still reach the one on B.
+    a.cancel(id, None, None).unwrap();
+    assert_eq!(on_a.join().unwrap().unwrap().status, TaskStatus::Cancelled);
+    stop.stop();
+    assert_eq!(on_b.join().unwrap(), Err(StoreError::Stopped));
+}
