@@ -191,3 +191,168 @@ fn entry_points_from_rust() {
         assert_eq!(name.to_str().unwrap(), "MCPTS_RESULT_CLOSED");
     }
 }
+
+/// A store with one handle, freed (handle first) when dropped.
+struct Fixture {
+    store: *mut mcpts_store,
+    handle: *mut mcpts_handle,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let mut store: *mut mcpts_store = ptr::null_mut();
+        let mut handle: *mut mcpts_handle = ptr::null_mut();
+        // SAFETY: the config is a live buffer; the out-params are live locals.
+        unsafe {
+            assert_eq!(
+                mcpts_store_new(b"{}".as_ptr(), 2, &mut store),
+                mcpts_result::Ok
+            );
+            assert_eq!(mcpts_store_handle(store, &mut handle), mcpts_result::Ok);
+        }
+        Fixture { store, handle }
+    }
+
+    /// Creates a sessionless task and returns its id.
+    fn create(&self) -> std::ffi::CString {
+        let mut task: *mut mcpts_bytes = ptr::null_mut();
+        // SAFETY: the handle is live; the request is a live buffer; `task` is freed once.
+        let json = unsafe {
+            assert_eq!(
+                mcpts_handle_create(self.handle, b"{}".as_ptr(), 2, &mut task),
+                mcpts_result::Ok
+            );
+            take_json(task)
+        };
+        std::ffi::CString::new(json["taskId"].as_str().unwrap()).unwrap()
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        // SAFETY: both came from the library and are freed once, here.
+        unsafe {
+            mcpts_handle_free(self.handle);
+            mcpts_store_free(self.store);
+        }
+    }
+}
+
+/// Parses and frees a JSON output.
+///
+/// # Safety
+///
+/// `bytes` must be a live buffer from the library; it is freed here.
+unsafe fn take_json(bytes: *mut mcpts_bytes) -> serde_json::Value {
+    // SAFETY: per this function's contract.
+    unsafe {
+        let text = std::slice::from_raw_parts(
+            mcpts_bytes_data(bytes).cast::<u8>(),
+            mcpts_bytes_len(bytes),
+        );
+        let json = serde_json::from_slice(text).unwrap();
+        mcpts_bytes_free(bytes);
+        json
+    }
+}
+
+/// A NULL is reported as `NULL_PARAMETER` even when other arguments are wrong too: the
+/// pointers are checked before any argument is read.
+#[test]
+fn null_wins_over_bad_contents() {
+    let f = Fixture::new();
+    let h = f.handle;
+    let id = f.create();
+    let id = id.as_ptr();
+    let (bad_utf8, bogus, nope) = (c"\xff".as_ptr(), c"bogus".as_ptr(), c"nope".as_ptr());
+    let no_str = ptr::null();
+    let no_out: *mut *mut mcpts_bytes = ptr::null_mut();
+    let mut out: *mut mcpts_bytes = ptr::null_mut();
+    let out_ptr: *mut *mut mcpts_bytes = &mut out;
+    let not_json = b"{".as_ptr();
+    type Call = Box<dyn Fn() -> mcpts_result>;
+    // SAFETY (every call): each pointer is NULL, a live local, or the fixture's handle.
+    let cases: Vec<(&str, Call)> = vec![
+        (
+            "task_out",
+            Box::new(move || unsafe { mcpts_handle_get(h, nope, no_str, no_out) }),
+        ),
+        (
+            "task_out",
+            Box::new(move || unsafe { mcpts_handle_get(h, id, bad_utf8, no_out) }),
+        ),
+        (
+            "task_out",
+            Box::new(move || unsafe {
+                mcpts_handle_update_status(h, id, no_str, bogus, no_str, no_out)
+            }),
+        ),
+        (
+            "status",
+            Box::new(move || unsafe {
+                mcpts_handle_update_status(h, nope, bad_utf8, no_str, bad_utf8, out_ptr)
+            }),
+        ),
+        (
+            "task_out",
+            Box::new(move || unsafe {
+                mcpts_handle_store_result(h, nope, no_str, not_json, 1, no_out)
+            }),
+        ),
+        (
+            "result_out",
+            Box::new(move || unsafe { mcpts_handle_get_result(h, nope, bad_utf8, no_out) }),
+        ),
+        (
+            "page_out",
+            Box::new(move || unsafe { mcpts_handle_list(h, bad_utf8, bogus, no_out) }),
+        ),
+        (
+            "outcome_out",
+            Box::new(move || unsafe { mcpts_handle_cancel(h, nope, no_str, bad_utf8, no_out) }),
+        ),
+        (
+            "task_out",
+            Box::new(move || unsafe { mcpts_handle_wait(h, nope, no_str, 0, no_out) }),
+        ),
+        (
+            "task_out",
+            Box::new(move || unsafe {
+                mcpts_handle_set_input_requests(h, nope, no_str, not_json, 1, no_out)
+            }),
+        ),
+        (
+            "task_out",
+            Box::new(move || unsafe {
+                mcpts_handle_resolve_input(h, nope, no_str, not_json, 1, no_out)
+            }),
+        ),
+        (
+            "key",
+            Box::new(move || unsafe {
+                mcpts_handle_wait_input(h, nope, bad_utf8, no_str, 0, out_ptr)
+            }),
+        ),
+        (
+            "answer_out",
+            Box::new(move || unsafe {
+                mcpts_handle_wait_input(h, nope, no_str, bad_utf8, 0, no_out)
+            }),
+        ),
+        (
+            "response_out",
+            Box::new(move || unsafe {
+                mcpts_handle_dispatch(h, b"\xff".as_ptr(), 1, bad_utf8, no_out)
+            }),
+        ),
+    ];
+    for (i, (arg, call)) in cases.iter().enumerate() {
+        assert_eq!(call(), mcpts_result::NullParameter, "case {i} ({arg})");
+        assert_eq!(
+            last_error(),
+            format!("argument '{arg}' is NULL"),
+            "case {i}"
+        );
+    }
+    assert!(out.is_null());
+}

@@ -1,4 +1,11 @@
 //! Checked reading of C arguments and writing of out-parameters.
+//!
+//! Every entry point takes its arguments in two steps. First it checks each pointer for NULL
+//! without reading what it points to ([`arg_ref`], [`arg_str`], [`opt_str`], [`arg_bytes`],
+//! [`Out::new`]); only then does it read the contents ([`StrArg::text`],
+//! [`StrArg::task_id`], [`opt_text`], [`opt_session`], JSON parsing). So a NULL is always
+//! reported as `NullParameter`, whatever else is wrong with the call: a bad task id or a
+//! string that is not UTF-8 never hides it.
 
 use std::ffi::{c_char, CStr};
 
@@ -15,30 +22,67 @@ pub(crate) unsafe fn arg_ref<'a, T>(ptr: *const T, name: &str) -> Result<&'a T, 
     unsafe { ptr.as_ref() }.ok_or_else(|| Error::null(name))
 }
 
-/// A required NUL-terminated UTF-8 string.
-///
-/// # Safety
-///
-/// `ptr` must be NULL or a NUL-terminated string live for `'a`.
-pub(crate) unsafe fn arg_str<'a>(ptr: *const c_char, name: &str) -> Result<&'a str, Error> {
-    // SAFETY: forwarded from the caller.
-    unsafe { opt_str(ptr, name) }?.ok_or_else(|| Error::null(name))
+/// A C string argument that is known not to be NULL but has not been read yet.
+#[derive(Clone, Copy)]
+pub(crate) struct StrArg<'a> {
+    text: &'a CStr,
+    name: &'static str,
 }
 
-/// An optional NUL-terminated UTF-8 string: NULL is `None`.
+impl<'a> StrArg<'a> {
+    /// The string as UTF-8; `InvalidArgument` naming the argument otherwise.
+    pub(crate) fn text(self) -> Result<&'a str, Error> {
+        self.text
+            .to_str()
+            .map_err(|e| Error::invalid(format!("argument '{}' is not UTF-8: {e}", self.name)))
+    }
+
+    /// The string as a task id. Text that is not a UUID can never name a task: `NotFound`.
+    pub(crate) fn task_id(self) -> Result<TaskId, Error> {
+        let text = self.text()?;
+        TaskId::parse(text).ok_or_else(|| {
+            Error::new(
+                mcpts_result::NotFound,
+                format!("task not found (task id '{text}' is not a UUID)"),
+            )
+        })
+    }
+}
+
+/// A required NUL-terminated string, checked for NULL only.
 ///
 /// # Safety
 ///
 /// `ptr` must be NULL or a NUL-terminated string live for `'a`.
-pub(crate) unsafe fn opt_str<'a>(ptr: *const c_char, name: &str) -> Result<Option<&'a str>, Error> {
-    if ptr.is_null() {
-        return Ok(None);
-    }
+pub(crate) unsafe fn arg_str<'a>(
+    ptr: *const c_char,
+    name: &'static str,
+) -> Result<StrArg<'a>, Error> {
+    // SAFETY: forwarded from the caller.
+    unsafe { opt_str(ptr, name) }.ok_or_else(|| Error::null(name))
+}
+
+/// An optional NUL-terminated string: NULL is `None`.
+///
+/// # Safety
+///
+/// `ptr` must be NULL or a NUL-terminated string live for `'a`.
+pub(crate) unsafe fn opt_str<'a>(ptr: *const c_char, name: &'static str) -> Option<StrArg<'a>> {
     // SAFETY: non-NULL and NUL-terminated, per the caller.
-    let text = unsafe { CStr::from_ptr(ptr) };
-    text.to_str()
-        .map(Some)
-        .map_err(|e| Error::invalid(format!("argument '{name}' is not UTF-8: {e}")))
+    (!ptr.is_null()).then(|| StrArg {
+        text: unsafe { CStr::from_ptr(ptr) },
+        name,
+    })
+}
+
+/// An optional string's text: `None` stays `None`, anything else must be UTF-8.
+pub(crate) fn opt_text(arg: Option<StrArg<'_>>) -> Result<Option<&str>, Error> {
+    arg.map(StrArg::text).transpose()
+}
+
+/// An optional session: NULL means sessionless.
+pub(crate) fn opt_session(arg: Option<StrArg<'_>>) -> Result<Option<SessionId>, Error> {
+    Ok(opt_text(arg)?.map(SessionId::from))
 }
 
 /// A required byte buffer (`ptr`, `len`); NULL is refused even when `len` is 0.
@@ -56,32 +100,6 @@ pub(crate) unsafe fn arg_bytes<'a>(
     }
     // SAFETY: non-NULL and readable for `len` bytes, per the caller.
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
-}
-
-/// A task id argument. Text that is not a UUID can never name a task: `NotFound`.
-///
-/// # Safety
-///
-/// As [`arg_str`].
-pub(crate) unsafe fn arg_task_id(ptr: *const c_char) -> Result<TaskId, Error> {
-    // SAFETY: forwarded from the caller.
-    let text = unsafe { arg_str(ptr, "task_id") }?;
-    TaskId::parse(text).ok_or_else(|| {
-        Error::new(
-            mcpts_result::NotFound,
-            format!("task not found (task id '{text}' is not a UUID)"),
-        )
-    })
-}
-
-/// An optional session: NULL means sessionless.
-///
-/// # Safety
-///
-/// As [`opt_str`].
-pub(crate) unsafe fn opt_session(ptr: *const c_char) -> Result<Option<SessionId>, Error> {
-    // SAFETY: forwarded from the caller.
-    Ok(unsafe { opt_str(ptr, "session") }?.map(SessionId::from))
 }
 
 /// A checked out-parameter: validated up front, written only once the call has succeeded.

@@ -18,7 +18,9 @@
 //! - Outputs are out-parameters placed last. They are written only on `MCPTS_RESULT_OK`; on
 //!   any failure they are left untouched ("no partial success").
 //! - Every pointer argument is checked: a NULL where one is not allowed gives
-//!   `MCPTS_RESULT_NULL_PARAMETER`. Optional C strings (session, message, cursor) may be NULL.
+//!   `MCPTS_RESULT_NULL_PARAMETER`. All pointers are checked before any argument is read,
+//!   so a NULL is reported as such even when other arguments are wrong too. Optional C
+//!   strings (session, message, cursor) may be NULL.
 //! - Every entry point catches Rust panics at the boundary; a panic gives
 //!   `MCPTS_RESULT_PANIC` (or NULL / 0 / nothing for functions that return no code) and never
 //!   unwinds into C.

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::args::{arg_bytes, arg_ref, arg_str, arg_task_id, opt_session, opt_str, Out};
+use super::args::{arg_bytes, arg_ref, arg_str, opt_session, opt_str, opt_text, Out};
 use super::bytes::mcpts_bytes;
 use super::config::parse_config;
 use super::error::{mcpts_result, parse_object, Error};
@@ -256,9 +256,12 @@ pub unsafe extern "C" fn mcpts_handle_get(
     ffi_boundary!(fallible {
         // SAFETY (all `unsafe` blocks in this body): per this function's contract.
         let handle = unsafe { arg_ref(handle, "handle") }?;
-        let id = unsafe { arg_task_id(task_id) }?;
-        let session = unsafe { opt_session(session) }?;
+        let task_id = unsafe { arg_str(task_id, "task_id") }?;
+        let session = unsafe { opt_str(session, "session") };
         let task_out = Out::new(task_out, "task_out")?;
+        // Every pointer is checked (see `args`); now what they point to.
+        let id = task_id.task_id()?;
+        let session = opt_session(session)?;
         let task = handle.handle.get(id, session.as_ref())?;
         unsafe { task_out.write(mcpts_bytes::json(&task)?) };
         Ok(())
@@ -291,11 +294,16 @@ pub unsafe extern "C" fn mcpts_handle_update_status(
     ffi_boundary!(fallible {
         // SAFETY (all `unsafe` blocks in this body): per this function's contract.
         let handle = unsafe { arg_ref(handle, "handle") }?;
-        let id = unsafe { arg_task_id(task_id) }?;
-        let session = unsafe { opt_session(session) }?;
-        let status = parse_status(unsafe { arg_str(status, "status") }?)?;
-        let message = unsafe { opt_str(message, "message") }?.map(str::to_owned);
+        let task_id = unsafe { arg_str(task_id, "task_id") }?;
+        let session = unsafe { opt_str(session, "session") };
+        let status = unsafe { arg_str(status, "status") }?;
+        let message = unsafe { opt_str(message, "message") };
         let task_out = Out::new(task_out, "task_out")?;
+        // Every pointer is checked (see `args`); now what they point to.
+        let id = task_id.task_id()?;
+        let session = opt_session(session)?;
+        let status = parse_status(status.text()?)?;
+        let message = opt_text(message)?.map(str::to_owned);
         let task = handle
             .handle
             .update_status(id, session.as_ref(), status, message)?;
@@ -349,10 +357,13 @@ pub unsafe extern "C" fn mcpts_handle_store_result(
     ffi_boundary!(fallible {
         // SAFETY (all `unsafe` blocks in this body): per this function's contract.
         let handle = unsafe { arg_ref(handle, "handle") }?;
-        let id = unsafe { arg_task_id(task_id) }?;
-        let session = unsafe { opt_session(session) }?;
+        let task_id = unsafe { arg_str(task_id, "task_id") }?;
+        let session = unsafe { opt_str(session, "session") };
         let json = unsafe { arg_bytes(outcome_json, outcome_len, "outcome_json") }?;
         let task_out = Out::new(task_out, "task_out")?;
+        // Every pointer is checked (see `args`); now what they point to.
+        let id = task_id.task_id()?;
+        let session = opt_session(session)?;
         let request: StoreResultRequest = parse_json(json, "result")?;
         let (outcome, default_status) = match (request.result, request.error) {
             (Some(result), None) => (Outcome::result(result), TaskStatus::Completed),
@@ -423,9 +434,12 @@ pub unsafe extern "C" fn mcpts_handle_get_result(
     ffi_boundary!(fallible {
         // SAFETY (all `unsafe` blocks in this body): per this function's contract.
         let handle = unsafe { arg_ref(handle, "handle") }?;
-        let id = unsafe { arg_task_id(task_id) }?;
-        let session = unsafe { opt_session(session) }?;
+        let task_id = unsafe { arg_str(task_id, "task_id") }?;
+        let session = unsafe { opt_str(session, "session") };
         let result_out = Out::new(result_out, "result_out")?;
+        // Every pointer is checked (see `args`); now what they point to.
+        let id = task_id.task_id()?;
+        let session = opt_session(session)?;
         let res = handle.handle.get_result(id, session.as_ref())?;
         unsafe { result_out.write(mcpts_bytes::json(&ResultJson::from(&res))?) };
         Ok(())
@@ -466,9 +480,12 @@ pub unsafe extern "C" fn mcpts_handle_list(
     ffi_boundary!(fallible {
         // SAFETY (all `unsafe` blocks in this body): per this function's contract.
         let handle = unsafe { arg_ref(handle, "handle") }?;
-        let session = unsafe { opt_session(session) }?;
-        let cursor = unsafe { opt_str(cursor, "cursor") }?;
+        let session = unsafe { opt_str(session, "session") };
+        let cursor = unsafe { opt_str(cursor, "cursor") };
         let page_out = Out::new(page_out, "page_out")?;
+        // Every pointer is checked (see `args`); now what they point to.
+        let session = opt_session(session)?;
+        let cursor = opt_text(cursor)?;
         let TaskPage { tasks, next_cursor } = handle.handle.list(session.as_ref(), cursor)?;
         let page = PageJson {
             tasks: &tasks,
@@ -510,10 +527,14 @@ pub unsafe extern "C" fn mcpts_handle_cancel(
     ffi_boundary!(fallible {
         // SAFETY (all `unsafe` blocks in this body): per this function's contract.
         let handle = unsafe { arg_ref(handle, "handle") }?;
-        let id = unsafe { arg_task_id(task_id) }?;
-        let session = unsafe { opt_session(session) }?;
-        let message = unsafe { opt_str(message, "message") }?.map(str::to_owned);
+        let task_id = unsafe { arg_str(task_id, "task_id") }?;
+        let session = unsafe { opt_str(session, "session") };
+        let message = unsafe { opt_str(message, "message") };
         let outcome_out = Out::new(outcome_out, "outcome_out")?;
+        // Every pointer is checked (see `args`); now what they point to.
+        let id = task_id.task_id()?;
+        let session = opt_session(session)?;
+        let message = opt_text(message)?.map(str::to_owned);
         let CancelOutcome { task, cancelled } =
             handle.handle.cancel(id, session.as_ref(), message)?;
         let outcome = CancelJson {
@@ -551,9 +572,12 @@ pub unsafe extern "C" fn mcpts_handle_wait(
     ffi_boundary!(fallible {
         // SAFETY (all `unsafe` blocks in this body): per this function's contract.
         let handle = unsafe { arg_ref(handle, "handle") }?;
-        let id = unsafe { arg_task_id(task_id) }?;
-        let session = unsafe { opt_session(session) }?;
+        let task_id = unsafe { arg_str(task_id, "task_id") }?;
+        let session = unsafe { opt_str(session, "session") };
         let task_out = Out::new(task_out, "task_out")?;
+        // Every pointer is checked (see `args`); now what they point to.
+        let id = task_id.task_id()?;
+        let session = opt_session(session)?;
         let task = handle
             .handle
             .wait_terminal(id, session.as_ref(), timeout(timeout_ms))?;
@@ -590,10 +614,13 @@ pub unsafe extern "C" fn mcpts_handle_set_input_requests(
     ffi_boundary!(fallible {
         // SAFETY (all `unsafe` blocks in this body): per this function's contract.
         let handle = unsafe { arg_ref(handle, "handle") }?;
-        let id = unsafe { arg_task_id(task_id) }?;
-        let session = unsafe { opt_session(session) }?;
+        let task_id = unsafe { arg_str(task_id, "task_id") }?;
+        let session = unsafe { opt_str(session, "session") };
         let json = unsafe { arg_bytes(requests_json, requests_len, "requests_json") }?;
         let task_out = Out::new(task_out, "task_out")?;
+        // Every pointer is checked (see `args`); now what they point to.
+        let id = task_id.task_id()?;
+        let session = opt_session(session)?;
         let requests: InputRequests = parse_json(json, "input requests")?;
         let task = handle
             .handle
@@ -631,10 +658,13 @@ pub unsafe extern "C" fn mcpts_handle_resolve_input(
     ffi_boundary!(fallible {
         // SAFETY (all `unsafe` blocks in this body): per this function's contract.
         let handle = unsafe { arg_ref(handle, "handle") }?;
-        let id = unsafe { arg_task_id(task_id) }?;
-        let session = unsafe { opt_session(session) }?;
+        let task_id = unsafe { arg_str(task_id, "task_id") }?;
+        let session = unsafe { opt_str(session, "session") };
         let json = unsafe { arg_bytes(responses_json, responses_len, "responses_json") }?;
         let task_out = Out::new(task_out, "task_out")?;
+        // Every pointer is checked (see `args`); now what they point to.
+        let id = task_id.task_id()?;
+        let session = opt_session(session)?;
         let responses: InputResponses = parse_json(json, "input responses")?;
         let task = handle
             .handle
@@ -673,10 +703,14 @@ pub unsafe extern "C" fn mcpts_handle_wait_input(
     ffi_boundary!(fallible {
         // SAFETY (all `unsafe` blocks in this body): per this function's contract.
         let handle = unsafe { arg_ref(handle, "handle") }?;
-        let id = unsafe { arg_task_id(task_id) }?;
-        let session = unsafe { opt_session(session) }?;
+        let task_id = unsafe { arg_str(task_id, "task_id") }?;
+        let session = unsafe { opt_str(session, "session") };
         let key = unsafe { arg_str(key, "key") }?;
         let answer_out = Out::new(answer_out, "answer_out")?;
+        // Every pointer is checked (see `args`); now what they point to.
+        let id = task_id.task_id()?;
+        let session = opt_session(session)?;
+        let key = key.text()?;
         let answer = handle
             .handle
             .wait_input(id, session.as_ref(), key, timeout(timeout_ms))?;
@@ -717,8 +751,10 @@ pub unsafe extern "C" fn mcpts_handle_dispatch(
         // SAFETY (all `unsafe` blocks in this body): per this function's contract.
         let handle = unsafe { arg_ref(handle, "handle") }?;
         let request = unsafe { arg_bytes(request_json, request_len, "request_json") }?;
-        let session = unsafe { opt_session(session) }?;
+        let session = unsafe { opt_str(session, "session") };
         let response_out = Out::new(response_out, "response_out")?;
+        // Every pointer is checked (see `args`); now what they point to.
+        let session = opt_session(session)?;
         let request = std::str::from_utf8(request)
             .map_err(|e| Error::invalid(format!("the request is not UTF-8: {e}")))?;
         let response = crate::protocol::dispatch_tasks(&handle.handle, session.as_ref(), request);
