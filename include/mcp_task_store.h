@@ -341,13 +341,15 @@ mcpts_result mcpts_handle_update_status(const mcpts_handle *handle, const char *
  * returns `ALREADY_TERMINAL`.
  *
  * `outcome_json` (`outcome_len` bytes) is an object with exactly one of `result` (the
- * original request's result object) or `error` (its JSON-RPC error object), plus optional
+ * original request's result: a JSON object) or `error` (its JSON-RPC error: an object with
+ * an integer `code`, a string `message` and optional `data`), plus optional
  * `status` (`"completed"` or `"failed"`; default `"completed"` with `result`, `"failed"`
  * with `error`) and `message` (a status message). Example:
  * `{"result": {"content": [], "isError": false}}`.
  *
- * Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT`, `NOT_FOUND`,
- * `ALREADY_TERMINAL`, `CLOSED`.
+ * Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (wrong shape, unknown field,
+ * a `result` that is not an object, an `error` that is not a JSON-RPC error object, a
+ * `status` other than `completed` or `failed`), `NOT_FOUND`, `ALREADY_TERMINAL`, `CLOSED`.
  *
  * Thread safety: any thread, concurrently with other calls on `handle`.
  *

@@ -356,3 +356,91 @@ fn null_wins_over_bad_contents() {
     }
     assert!(out.is_null());
 }
+
+/// `mcpts_handle_store_result` takes only outcomes `tasks/result` may answer: a result
+/// object, or a JSON-RPC error object. Anything else leaves the task running.
+#[test]
+fn store_result_refuses_outcomes_mcp_does_not_allow() {
+    let f = Fixture::new();
+    let id = f.create();
+    let store = |outcome: &str| {
+        let mut out: *mut mcpts_bytes = ptr::null_mut();
+        // SAFETY: the handle is live, the id and outcome are live buffers; `out` is freed.
+        let code = unsafe {
+            mcpts_handle_store_result(
+                f.handle,
+                id.as_ptr(),
+                ptr::null(),
+                outcome.as_ptr(),
+                outcome.len(),
+                &mut out,
+            )
+        };
+        if code == mcpts_result::Ok {
+            // SAFETY: written on success, freed once.
+            unsafe { take_json(out) };
+        }
+        code
+    };
+    let refused = [
+        (r#"{"result": 5}"#, "'result' must be a JSON object"),
+        (r#"{"result": null}"#, "not null"),
+        (r#"{"result": [1]}"#, "not an array"),
+        (r#"{"error": 5}"#, "'error' must be a JSON-RPC error object"),
+        (
+            r#"{"error": null}"#,
+            "'error' must be a JSON-RPC error object",
+        ),
+        (r#"{"error": {"message": "m"}}"#, "missing field `code`"),
+        (
+            r#"{"error": {"code": "x", "message": "m"}}"#,
+            "integer 'code'",
+        ),
+        (
+            r#"{"error": {"code": 1.5, "message": "m"}}"#,
+            "integer 'code'",
+        ),
+        (r#"{"error": {"code": 1}}"#, "missing field `message`"),
+        (
+            r#"{"error": {"code": 1, "message": 2}}"#,
+            "string 'message'",
+        ),
+        (r#"{"result": null, "error": null}"#, "exactly one"),
+    ];
+    for (outcome, needle) in refused {
+        assert_eq!(store(outcome), mcpts_result::InvalidArgument, "{outcome}");
+        let message = last_error();
+        assert!(message.contains(needle), "{outcome}: {message}");
+    }
+    let mut task: *mut mcpts_bytes = ptr::null_mut();
+    // SAFETY: as above.
+    let task = unsafe {
+        assert_eq!(
+            mcpts_handle_get(f.handle, id.as_ptr(), ptr::null(), &mut task),
+            mcpts_result::Ok
+        );
+        take_json(task)
+    };
+    assert_eq!(task["status"], "working");
+
+    let error = r#"{"error": {"code": -32000, "message": "m", "data": {"why": 1}}}"#;
+    assert_eq!(store(error), mcpts_result::Ok);
+    let other = f.create();
+    let mut out: *mut mcpts_bytes = ptr::null_mut();
+    let result = br#"{"result": {"content": []}}"#;
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(
+            mcpts_handle_store_result(
+                f.handle,
+                other.as_ptr(),
+                ptr::null(),
+                result.as_ptr(),
+                result.len(),
+                &mut out
+            ),
+            mcpts_result::Ok
+        );
+        take_json(out);
+    }
+}

@@ -5,13 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use super::args::{arg_bytes, arg_ref, arg_str, opt_session, opt_str, opt_text, Out};
 use super::bytes::mcpts_bytes;
 use super::config::parse_config;
 use super::error::{mcpts_result, parse_object, Error};
+use crate::protocol::RpcError;
 use crate::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, Store,
     StoreHandle, Task, TaskPage, TaskResult, TaskStatus,
@@ -318,12 +319,58 @@ pub unsafe extern "C" fn mcpts_handle_update_status(
 struct StoreResultRequest {
     #[serde(default)]
     status: Option<TaskStatus>,
-    #[serde(default)]
+    /// An explicit `null` is `Some(Value::Null)`, refused as "not an object" rather than
+    /// mistaken for an absent field.
+    #[serde(default, deserialize_with = "present")]
     result: Option<Value>,
-    #[serde(default)]
+    /// As `result`.
+    #[serde(default, deserialize_with = "present")]
     error: Option<Value>,
     #[serde(default)]
     message: Option<String>,
+}
+
+/// Reads a field that is present, even as `null`, as `Some`.
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
+}
+
+/// What kind of JSON value this is, for messages.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The outcome a [`StoreResultRequest`] names, and the status it implies. `tasks/result`
+/// later answers the stored value as is, so only what MCP allows there is taken: a result
+/// object, or a JSON-RPC error object (integer `code`, string `message`, optional `data`).
+fn outcome_of(result: Option<Value>, error: Option<Value>) -> Result<(Outcome, TaskStatus), Error> {
+    match (result, error) {
+        (Some(result), None) if result.is_object() => {
+            Ok((Outcome::result(result), TaskStatus::Completed))
+        }
+        (Some(result), None) => Err(Error::invalid(format!(
+            "invalid result: 'result' must be a JSON object (the original request's result), \
+             not {}",
+            json_kind(&result)
+        ))),
+        (None, Some(error)) => match serde_json::from_value::<RpcError>(error.clone()) {
+            Ok(_) => Ok((Outcome::error(error), TaskStatus::Failed)),
+            Err(why) => Err(Error::invalid(format!(
+                "invalid result: 'error' must be a JSON-RPC error object with an integer \
+                 'code' and a string 'message' ({why})"
+            ))),
+        },
+        _ => Err(Error::invalid(
+            "invalid result: exactly one of 'result' or 'error' is required",
+        )),
+    }
 }
 
 /// Finishes a live task with its outcome and writes the updated task to `*task_out` as
@@ -331,13 +378,15 @@ struct StoreResultRequest {
 /// returns `ALREADY_TERMINAL`.
 ///
 /// `outcome_json` (`outcome_len` bytes) is an object with exactly one of `result` (the
-/// original request's result object) or `error` (its JSON-RPC error object), plus optional
+/// original request's result: a JSON object) or `error` (its JSON-RPC error: an object with
+/// an integer `code`, a string `message` and optional `data`), plus optional
 /// `status` (`"completed"` or `"failed"`; default `"completed"` with `result`, `"failed"`
 /// with `error`) and `message` (a status message). Example:
 /// `{"result": {"content": [], "isError": false}}`.
 ///
-/// Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT`, `NOT_FOUND`,
-/// `ALREADY_TERMINAL`, `CLOSED`.
+/// Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (wrong shape, unknown field,
+/// a `result` that is not an object, an `error` that is not a JSON-RPC error object, a
+/// `status` other than `completed` or `failed`), `NOT_FOUND`, `ALREADY_TERMINAL`, `CLOSED`.
 ///
 /// Thread safety: any thread, concurrently with other calls on `handle`.
 ///
@@ -365,15 +414,7 @@ pub unsafe extern "C" fn mcpts_handle_store_result(
         let id = task_id.task_id()?;
         let session = opt_session(session)?;
         let request: StoreResultRequest = parse_json(json, "result")?;
-        let (outcome, default_status) = match (request.result, request.error) {
-            (Some(result), None) => (Outcome::result(result), TaskStatus::Completed),
-            (None, Some(error)) => (Outcome::error(error), TaskStatus::Failed),
-            _ => {
-                return Err(Error::invalid(
-                    "invalid result: exactly one of 'result' or 'error' is required",
-                ))
-            }
-        };
+        let (outcome, default_status) = outcome_of(request.result, request.error)?;
         let status = request.status.unwrap_or(default_status);
         let task = handle.handle.store_result(
             id,
