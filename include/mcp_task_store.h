@@ -258,6 +258,8 @@ mcpts_result mcpts_store_handle(const mcpts_store *store, mcpts_handle **handle_
 /**
  * Writes a second handle to the same store to `*handle_out`; both must be freed.
  *
+ * Errors: `NULL_PARAMETER`, `CLOSED` (the store is freed: a new handle would be of no use).
+ *
  * Thread safety: any thread, concurrently with other calls on `handle`.
  *
  * # Safety
@@ -505,7 +507,10 @@ mcpts_result mcpts_handle_wait_input(const mcpts_handle *handle, const char *tas
  * NULL when the message needs no response (a notification). Methods outside `tasks/` get
  * -32601. A 2025-11-25 `tasks/result` blocks until the task is terminal.
  *
- * Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT` (not UTF-8).
+ * Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT` (not UTF-8), `CLOSED` when the store is
+ * freed before or during the call (whatever the request, even one that touches no task):
+ * as on every failure, `*response_out` is left untouched, and answering the request (for
+ * example with a JSON-RPC -32603 error) is up to the host.
  *
  * Thread safety: any thread, concurrently with other calls on `handle`; blocks only the
  * calling thread.

@@ -185,6 +185,30 @@ fn entry_points_from_rust() {
             mcpts_result::Closed
         );
         assert_eq!(last_error(), "the task store is closed");
+        // Calls that never reach the owner thread see the freed store too.
+        out = ptr::null_mut();
+        let mut clone: *mut mcpts_handle = ptr::null_mut();
+        assert_eq!(mcpts_handle_clone(handle, &mut clone), mcpts_result::Closed);
+        assert!(clone.is_null());
+        for request in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tasks/list"}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+            "{oops",
+        ] {
+            assert_eq!(
+                mcpts_handle_dispatch(
+                    handle,
+                    request.as_ptr(),
+                    request.len(),
+                    ptr::null(),
+                    &mut out
+                ),
+                mcpts_result::Closed,
+                "{request}"
+            );
+            assert_eq!(last_error(), "the task store is closed");
+            assert!(out.is_null());
+        }
         mcpts_handle_free(handle);
 
         let name = CStr::from_ptr(mcpts_result_name(mcpts_result::Closed as u32));
@@ -443,4 +467,40 @@ fn store_result_refuses_outcomes_mcp_does_not_allow() {
         );
         take_json(out);
     }
+}
+
+/// A `tasks/result` waiting in `mcpts_handle_dispatch` when its store is freed returns
+/// `CLOSED`, like every other wait, rather than `OK` with a JSON-RPC error.
+#[test]
+fn dispatch_waiting_when_the_store_is_freed_is_closed() {
+    let f = Fixture::new();
+    let id = f.create();
+    let mut twin: *mut mcpts_handle = ptr::null_mut();
+    // SAFETY: the handle is live; `twin` is freed once, below.
+    assert_eq!(
+        unsafe { mcpts_handle_clone(f.handle, &mut twin) },
+        mcpts_result::Ok
+    );
+    let request = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tasks/result","params":{{"taskId":"{}"}}}}"#,
+        id.to_str().unwrap()
+    );
+    let twin_addr = twin as usize;
+    let waiter = std::thread::spawn(move || {
+        let twin = twin_addr as *const mcpts_handle;
+        let mut out: *mut mcpts_bytes = ptr::null_mut();
+        // SAFETY: `twin` stays live until this thread is joined; `out` is checked below.
+        let code = unsafe {
+            mcpts_handle_dispatch(twin, request.as_ptr(), request.len(), ptr::null(), &mut out)
+        };
+        (code, last_error(), out.is_null())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    drop(f);
+    let (code, message, untouched) = waiter.join().unwrap();
+    // SAFETY: from the library, freed once; the waiter is done with it.
+    unsafe { mcpts_handle_free(twin) };
+    assert_eq!(code, mcpts_result::Closed, "{message}");
+    assert_eq!(message, "the task store is closed");
+    assert!(untouched);
 }

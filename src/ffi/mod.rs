@@ -50,6 +50,7 @@ mod macros;
 mod args;
 mod bytes;
 mod config;
+mod dispatch;
 mod error;
 mod store;
 

@@ -1,6 +1,7 @@
 //! The store and handle entry points.
 
 use std::ffi::c_char;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,11 +12,12 @@ use serde_json::Value;
 use super::args::{arg_bytes, arg_ref, arg_str, opt_session, opt_str, opt_text, Out};
 use super::bytes::mcpts_bytes;
 use super::config::parse_config;
+use super::dispatch::DispatchStore;
 use super::error::{mcpts_result, parse_object, Error};
 use crate::protocol::RpcError;
 use crate::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, Store,
-    StoreHandle, Task, TaskPage, TaskResult, TaskStatus,
+    StoreError, StoreHandle, Task, TaskPage, TaskResult, TaskStatus,
 };
 
 /// A task store (opaque): owns the store's owner thread. Create it with [`mcpts_store_new`],
@@ -24,6 +26,7 @@ use crate::{
 #[derive(Debug)]
 pub struct mcpts_store {
     store: Store,
+    owner: Arc<Owner>,
 }
 
 /// A handle to a store (opaque): cheap to clone, usable from any thread at once. It stays
@@ -32,6 +35,34 @@ pub struct mcpts_store {
 #[derive(Debug)]
 pub struct mcpts_handle {
     handle: StoreHandle,
+    owner: Arc<Owner>,
+}
+
+impl mcpts_handle {
+    /// The store behind this handle, or `Closed` once it is freed. Every entry point on a
+    /// handle goes through here, so calls that never reach the owner thread (a clone, a
+    /// dispatch of a request that touches no task) report a freed store too.
+    fn live(&self) -> Result<&StoreHandle, Error> {
+        self.owner.check()?;
+        Ok(&self.handle)
+    }
+}
+
+/// What a store shares with all its handles.
+#[derive(Debug, Default)]
+struct Owner {
+    /// Set by `mcpts_store_free` before it stops the owner thread.
+    freed: AtomicBool,
+}
+
+impl Owner {
+    /// `Closed` once the store is freed.
+    fn check(&self) -> Result<(), Error> {
+        if self.freed.load(Ordering::Acquire) {
+            return Err(StoreError::Closed.into());
+        }
+        Ok(())
+    }
 }
 
 /// Pass as `timeout_ms` to wait without a timeout.
@@ -85,8 +116,9 @@ pub unsafe extern "C" fn mcpts_store_new(
         let store_out = Out::new(store_out, "store_out")?;
         let config = parse_config(json)?;
         let store = Store::start(config)?;
+        let owner = Arc::default();
         // SAFETY: per this function's contract.
-        unsafe { store_out.write(Box::new(mcpts_store { store })) };
+        unsafe { store_out.write(Box::new(mcpts_store { store, owner })) };
         Ok(())
     })
 }
@@ -107,7 +139,9 @@ pub unsafe extern "C" fn mcpts_store_free(store: *mut mcpts_store) {
     ffi_boundary!(default = (); {
         if !store.is_null() {
             // SAFETY: from `Box::into_raw` in `mcpts_store_new`, freed once (the contract).
-            drop(unsafe { Box::from_raw(store) });
+            let store = unsafe { Box::from_raw(store) };
+            store.owner.freed.store(true, Ordering::Release);
+            drop(store);
         }
     })
 }
@@ -129,14 +163,19 @@ pub unsafe extern "C" fn mcpts_store_handle(
         // SAFETY: per this function's contract.
         let store = unsafe { arg_ref(store, "store") }?;
         let handle_out = Out::new(handle_out, "handle_out")?;
-        let handle = store.store.handle();
+        let handle = mcpts_handle {
+            handle: store.store.handle(),
+            owner: Arc::clone(&store.owner),
+        };
         // SAFETY: per this function's contract.
-        unsafe { handle_out.write(Box::new(mcpts_handle { handle })) };
+        unsafe { handle_out.write(Box::new(handle)) };
         Ok(())
     })
 }
 
 /// Writes a second handle to the same store to `*handle_out`; both must be freed.
+///
+/// Errors: `NULL_PARAMETER`, `CLOSED` (the store is freed: a new handle would be of no use).
 ///
 /// Thread safety: any thread, concurrently with other calls on `handle`.
 ///
@@ -152,9 +191,12 @@ pub unsafe extern "C" fn mcpts_handle_clone(
         // SAFETY: per this function's contract.
         let handle = unsafe { arg_ref(handle, "handle") }?;
         let handle_out = Out::new(handle_out, "handle_out")?;
-        let handle = handle.handle.clone();
+        let twin = mcpts_handle {
+            handle: handle.live()?.clone(),
+            owner: Arc::clone(&handle.owner),
+        };
         // SAFETY: per this function's contract.
-        unsafe { handle_out.write(Box::new(mcpts_handle { handle })) };
+        unsafe { handle_out.write(Box::new(twin)) };
         Ok(())
     })
 }
@@ -220,13 +262,14 @@ pub unsafe extern "C" fn mcpts_handle_create(
         // SAFETY: per this function's contract.
         let json = unsafe { arg_bytes(request_json, request_len, "request_json") }?;
         let task_out = Out::new(task_out, "task_out")?;
+        let store = handle.live()?;
         let request: CreateRequest = parse_json(json, "create request")?;
         let create = CreateTask {
             ttl: request.ttl,
             session: request.session.map(SessionId::from),
             origin: request.origin.map(Arc::new),
         };
-        let task = handle.handle.create(create)?;
+        let task = store.create(create)?;
         let bytes = mcpts_bytes::json(&task)?;
         // SAFETY: per this function's contract.
         unsafe { task_out.write(bytes) };
@@ -260,10 +303,11 @@ pub unsafe extern "C" fn mcpts_handle_get(
         let task_id = unsafe { arg_str(task_id, "task_id") }?;
         let session = unsafe { opt_str(session, "session") };
         let task_out = Out::new(task_out, "task_out")?;
-        // Every pointer is checked (see `args`); now what they point to.
+        // Every pointer is checked (see `args`); now the store and what they point to.
+        let store = handle.live()?;
         let id = task_id.task_id()?;
         let session = opt_session(session)?;
-        let task = handle.handle.get(id, session.as_ref())?;
+        let task = store.get(id, session.as_ref())?;
         unsafe { task_out.write(mcpts_bytes::json(&task)?) };
         Ok(())
     })
@@ -300,14 +344,13 @@ pub unsafe extern "C" fn mcpts_handle_update_status(
         let status = unsafe { arg_str(status, "status") }?;
         let message = unsafe { opt_str(message, "message") };
         let task_out = Out::new(task_out, "task_out")?;
-        // Every pointer is checked (see `args`); now what they point to.
+        // Every pointer is checked (see `args`); now the store and what they point to.
+        let store = handle.live()?;
         let id = task_id.task_id()?;
         let session = opt_session(session)?;
         let status = parse_status(status.text()?)?;
         let message = opt_text(message)?.map(str::to_owned);
-        let task = handle
-            .handle
-            .update_status(id, session.as_ref(), status, message)?;
+        let task = store.update_status(id, session.as_ref(), status, message)?;
         unsafe { task_out.write(mcpts_bytes::json(&task)?) };
         Ok(())
     })
@@ -410,13 +453,14 @@ pub unsafe extern "C" fn mcpts_handle_store_result(
         let session = unsafe { opt_str(session, "session") };
         let json = unsafe { arg_bytes(outcome_json, outcome_len, "outcome_json") }?;
         let task_out = Out::new(task_out, "task_out")?;
-        // Every pointer is checked (see `args`); now what they point to.
+        // Every pointer is checked (see `args`); now the store and what they point to.
+        let store = handle.live()?;
         let id = task_id.task_id()?;
         let session = opt_session(session)?;
         let request: StoreResultRequest = parse_json(json, "result")?;
         let (outcome, default_status) = outcome_of(request.result, request.error)?;
         let status = request.status.unwrap_or(default_status);
-        let task = handle.handle.store_result(
+        let task = store.store_result(
             id,
             session.as_ref(),
             status,
@@ -478,10 +522,11 @@ pub unsafe extern "C" fn mcpts_handle_get_result(
         let task_id = unsafe { arg_str(task_id, "task_id") }?;
         let session = unsafe { opt_str(session, "session") };
         let result_out = Out::new(result_out, "result_out")?;
-        // Every pointer is checked (see `args`); now what they point to.
+        // Every pointer is checked (see `args`); now the store and what they point to.
+        let store = handle.live()?;
         let id = task_id.task_id()?;
         let session = opt_session(session)?;
-        let res = handle.handle.get_result(id, session.as_ref())?;
+        let res = store.get_result(id, session.as_ref())?;
         unsafe { result_out.write(mcpts_bytes::json(&ResultJson::from(&res))?) };
         Ok(())
     })
@@ -524,10 +569,11 @@ pub unsafe extern "C" fn mcpts_handle_list(
         let session = unsafe { opt_str(session, "session") };
         let cursor = unsafe { opt_str(cursor, "cursor") };
         let page_out = Out::new(page_out, "page_out")?;
-        // Every pointer is checked (see `args`); now what they point to.
+        // Every pointer is checked (see `args`); now the store and what they point to.
+        let store = handle.live()?;
         let session = opt_session(session)?;
         let cursor = opt_text(cursor)?;
-        let TaskPage { tasks, next_cursor } = handle.handle.list(session.as_ref(), cursor)?;
+        let TaskPage { tasks, next_cursor } = store.list(session.as_ref(), cursor)?;
         let page = PageJson {
             tasks: &tasks,
             next_cursor: next_cursor.as_deref(),
@@ -572,12 +618,13 @@ pub unsafe extern "C" fn mcpts_handle_cancel(
         let session = unsafe { opt_str(session, "session") };
         let message = unsafe { opt_str(message, "message") };
         let outcome_out = Out::new(outcome_out, "outcome_out")?;
-        // Every pointer is checked (see `args`); now what they point to.
+        // Every pointer is checked (see `args`); now the store and what they point to.
+        let store = handle.live()?;
         let id = task_id.task_id()?;
         let session = opt_session(session)?;
         let message = opt_text(message)?.map(str::to_owned);
         let CancelOutcome { task, cancelled } =
-            handle.handle.cancel(id, session.as_ref(), message)?;
+            store.cancel(id, session.as_ref(), message)?;
         let outcome = CancelJson {
             task: &task,
             cancelled,
@@ -616,12 +663,11 @@ pub unsafe extern "C" fn mcpts_handle_wait(
         let task_id = unsafe { arg_str(task_id, "task_id") }?;
         let session = unsafe { opt_str(session, "session") };
         let task_out = Out::new(task_out, "task_out")?;
-        // Every pointer is checked (see `args`); now what they point to.
+        // Every pointer is checked (see `args`); now the store and what they point to.
+        let store = handle.live()?;
         let id = task_id.task_id()?;
         let session = opt_session(session)?;
-        let task = handle
-            .handle
-            .wait_terminal(id, session.as_ref(), timeout(timeout_ms))?;
+        let task = store.wait_terminal(id, session.as_ref(), timeout(timeout_ms))?;
         unsafe { task_out.write(mcpts_bytes::json(&task)?) };
         Ok(())
     })
@@ -659,13 +705,12 @@ pub unsafe extern "C" fn mcpts_handle_set_input_requests(
         let session = unsafe { opt_str(session, "session") };
         let json = unsafe { arg_bytes(requests_json, requests_len, "requests_json") }?;
         let task_out = Out::new(task_out, "task_out")?;
-        // Every pointer is checked (see `args`); now what they point to.
+        // Every pointer is checked (see `args`); now the store and what they point to.
+        let store = handle.live()?;
         let id = task_id.task_id()?;
         let session = opt_session(session)?;
         let requests: InputRequests = parse_json(json, "input requests")?;
-        let task = handle
-            .handle
-            .set_input_requests(id, session.as_ref(), requests)?;
+        let task = store.set_input_requests(id, session.as_ref(), requests)?;
         unsafe { task_out.write(mcpts_bytes::json(&task)?) };
         Ok(())
     })
@@ -703,13 +748,12 @@ pub unsafe extern "C" fn mcpts_handle_resolve_input(
         let session = unsafe { opt_str(session, "session") };
         let json = unsafe { arg_bytes(responses_json, responses_len, "responses_json") }?;
         let task_out = Out::new(task_out, "task_out")?;
-        // Every pointer is checked (see `args`); now what they point to.
+        // Every pointer is checked (see `args`); now the store and what they point to.
+        let store = handle.live()?;
         let id = task_id.task_id()?;
         let session = opt_session(session)?;
         let responses: InputResponses = parse_json(json, "input responses")?;
-        let task = handle
-            .handle
-            .resolve_input(id, session.as_ref(), responses)?;
+        let task = store.resolve_input(id, session.as_ref(), responses)?;
         unsafe { task_out.write(mcpts_bytes::json(&task)?) };
         Ok(())
     })
@@ -748,13 +792,12 @@ pub unsafe extern "C" fn mcpts_handle_wait_input(
         let session = unsafe { opt_str(session, "session") };
         let key = unsafe { arg_str(key, "key") }?;
         let answer_out = Out::new(answer_out, "answer_out")?;
-        // Every pointer is checked (see `args`); now what they point to.
+        // Every pointer is checked (see `args`); now the store and what they point to.
+        let store = handle.live()?;
         let id = task_id.task_id()?;
         let session = opt_session(session)?;
         let key = key.text()?;
-        let answer = handle
-            .handle
-            .wait_input(id, session.as_ref(), key, timeout(timeout_ms))?;
+        let answer = store.wait_input(id, session.as_ref(), key, timeout(timeout_ms))?;
         unsafe { answer_out.write(mcpts_bytes::json(&answer)?) };
         Ok(())
     })
@@ -771,7 +814,10 @@ pub unsafe extern "C" fn mcpts_handle_wait_input(
 /// NULL when the message needs no response (a notification). Methods outside `tasks/` get
 /// -32601. A 2025-11-25 `tasks/result` blocks until the task is terminal.
 ///
-/// Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT` (not UTF-8).
+/// Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT` (not UTF-8), `CLOSED` when the store is
+/// freed before or during the call (whatever the request, even one that touches no task):
+/// as on every failure, `*response_out` is left untouched, and answering the request (for
+/// example with a JSON-RPC -32603 error) is up to the host.
 ///
 /// Thread safety: any thread, concurrently with other calls on `handle`; blocks only the
 /// calling thread.
@@ -794,11 +840,17 @@ pub unsafe extern "C" fn mcpts_handle_dispatch(
         let request = unsafe { arg_bytes(request_json, request_len, "request_json") }?;
         let session = unsafe { opt_str(session, "session") };
         let response_out = Out::new(response_out, "response_out")?;
-        // Every pointer is checked (see `args`); now what they point to.
+        // Every pointer is checked (see `args`); now the store and what they point to.
+        let store = handle.live()?;
         let session = opt_session(session)?;
         let request = std::str::from_utf8(request)
             .map_err(|e| Error::invalid(format!("the request is not UTF-8: {e}")))?;
-        let response = crate::protocol::dispatch_tasks(&handle.handle, session.as_ref(), request);
+        let store = DispatchStore::new(store);
+        let response = crate::protocol::dispatch_tasks(&store, session.as_ref(), request);
+        if store.saw_closed() {
+            // The response would only say so in prose; C gets the code, and no response.
+            return Err(StoreError::Closed.into());
+        }
         let bytes = response.map(|r| mcpts_bytes::json(&r)).transpose()?;
         unsafe { response_out.write_optional(bytes) };
         Ok(())

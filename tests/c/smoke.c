@@ -413,11 +413,13 @@ int main(void) {
     EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_list(h2, NULL, NULL, &out));
     EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_wait(h2, d, NULL, MCPTS_WAIT_FOREVER, &out));
     EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_cancel(h, d, NULL, NULL, &out));
+    EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_update_status(h, d, NULL, "failed", NULL, &out));
+    const char *list = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tasks/list\"}";
+    EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_dispatch(h, u8(list), strlen(list), NULL, &out));
     CHECK(out == SENTINEL);
-    mcpts_handle *h4 = NULL;
-    OK(mcpts_handle_clone(h, &h4)); /* cloning needs no store */
-    EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_update_status(h4, d, NULL, "failed", NULL, &out));
-    mcpts_handle_free(h4);
+    mcpts_handle *h4 = SENTINEL;
+    EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_clone(h, &h4));
+    CHECK(h4 == SENTINEL);
     mcpts_handle_free(h2);
     mcpts_handle_free(h);
 
