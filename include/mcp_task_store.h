@@ -496,16 +496,17 @@ mcpts_result mcpts_handle_resolve_input(const mcpts_handle *handle, const char *
 mcpts_result mcpts_handle_wait_input(const mcpts_handle *handle, const char *task_id, const char *session, const char *key, uint64_t timeout_ms, mcpts_bytes **answer_out);
 
 /**
- * Serves one raw JSON-RPC request for a `tasks/` method (`request_len` bytes of UTF-8 JSON) against
- * the store, so a host with its own transport can serve MCP tasks without rewriting the
- * protocol adapters. The revision is read from the request: SEP-2663 when its
- * `params._meta` names protocol `2026-07-28`, else 2025-11-25. `session` scopes the tasks
- * (NULL: sessionless).
+ * Serves one raw JSON-RPC request for a `tasks/` method (`request_len` bytes of UTF-8
+ * JSON) against the store, so a host with its own transport can serve MCP tasks without
+ * rewriting the protocol adapters. The revision is read from the request: SEP-2663 when
+ * its `params._meta` names protocol `2026-07-28`, else 2025-11-25. `session` scopes the
+ * tasks (NULL: sessionless).
  *
  * On `OK`, `*response_out` is the complete JSON-RPC response to send back (a protocol error,
  * such as an unknown task or malformed JSON, is a JSON-RPC error response, still `OK`), or
  * NULL when the message needs no response (a notification). Methods outside `tasks/` get
- * -32601. A 2025-11-25 `tasks/result` blocks until the task is terminal.
+ * -32601. A 2025-11-25 `tasks/result` blocks until the task is terminal, with no timeout;
+ * [`mcpts_handle_dispatch_timeout`] bounds that wait.
  *
  * Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT` (not UTF-8), `CLOSED` when the store is
  * freed before or during the call (whatever the request, even one that touches no task):
@@ -521,6 +522,27 @@ mcpts_result mcpts_handle_wait_input(const mcpts_handle *handle, const char *tas
  * `session` NULL or NUL-terminated; `response_out` NULL or writable.
  */
 mcpts_result mcpts_handle_dispatch(const mcpts_handle *handle, const uint8_t *request_json, size_t request_len, const char *session, mcpts_bytes **response_out);
+
+/**
+ * [`mcpts_handle_dispatch`] that blocks at most `timeout_ms` milliseconds
+ * ([`MCPTS_WAIT_FOREVER`] for no timeout, which is exactly [`mcpts_handle_dispatch`]; 0
+ * answers at once). Only a 2025-11-25 `tasks/result` ever waits: when its task is still
+ * not terminal after `timeout_ms`, the call returns `OK` with the JSON-RPC error response
+ * -32603 `"Timed out waiting on the task"` (the JSON-RPC form of the store's timeout),
+ * ready to send; the task is unaffected and the client may ask again. Every other request
+ * is answered exactly as by [`mcpts_handle_dispatch`].
+ *
+ * Errors: as [`mcpts_handle_dispatch`].
+ *
+ * Thread safety: any thread, concurrently with other calls on `handle`; blocks only the
+ * calling thread.
+ *
+ * # Safety
+ *
+ * `handle` must be NULL or live; `request_json` NULL or readable for `request_len` bytes;
+ * `session` NULL or NUL-terminated; `response_out` NULL or writable.
+ */
+mcpts_result mcpts_handle_dispatch_timeout(const mcpts_handle *handle, const uint8_t *request_json, size_t request_len, const char *session, uint64_t timeout_ms, mcpts_bytes **response_out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -504,3 +504,111 @@ fn dispatch_waiting_when_the_store_is_freed_is_closed() {
     assert_eq!(message, "the task store is closed");
     assert!(untouched);
 }
+
+/// Runs `mcpts_handle_dispatch_timeout` on another thread, through a handle of its own,
+/// and returns its code and parsed response. Should it hang, dropping the fixture frees
+/// the store, which ends the wait with `CLOSED`, so the thread never outlives its handle.
+fn dispatch_on_thread(
+    f: &Fixture,
+    request: String,
+    timeout_ms: u64,
+) -> std::thread::JoinHandle<(mcpts_result, Option<serde_json::Value>)> {
+    let mut own: *mut mcpts_handle = ptr::null_mut();
+    // SAFETY: the fixture's handle is live; `own` is freed once, by the thread.
+    assert_eq!(
+        unsafe { mcpts_handle_clone(f.handle, &mut own) },
+        mcpts_result::Ok
+    );
+    let own_addr = own as usize;
+    std::thread::spawn(move || {
+        let own = own_addr as *mut mcpts_handle;
+        let mut out: *mut mcpts_bytes = ptr::null_mut();
+        // SAFETY: `own` is this thread's alone and freed once, here; `out` is freed once,
+        // by `take_json`.
+        unsafe {
+            let code = mcpts_handle_dispatch_timeout(
+                own,
+                request.as_ptr(),
+                request.len(),
+                ptr::null(),
+                timeout_ms,
+                &mut out,
+            );
+            mcpts_handle_free(own);
+            (code, (code == mcpts_result::Ok).then(|| take_json(out)))
+        }
+    })
+}
+
+/// Waits up to 10 s for a dispatch thread; `None` if it is still blocked.
+fn join_within<T>(thread: std::thread::JoinHandle<T>) -> Option<T> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !thread.is_finished() {
+        if std::time::Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Some(thread.join().unwrap())
+}
+
+/// `mcpts_handle_dispatch_timeout` bounds a 2025-11-25 `tasks/result`: when the task is
+/// still running at the timeout it answers -32603, and the task carries on.
+#[test]
+fn dispatch_timeout_bounds_tasks_result() {
+    let f = Fixture::new();
+    let id = f.create();
+    let request = |n: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{n},"method":"tasks/result","params":{{"taskId":"{}"}}}}"#,
+            id.to_str().unwrap()
+        )
+    };
+    let started = std::time::Instant::now();
+    let Some((code, response)) = join_within(dispatch_on_thread(&f, request(1), 50)) else {
+        panic!("tasks/result with a 50 ms timeout was still waiting after 10 s");
+    };
+    assert_eq!(code, mcpts_result::Ok);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(50));
+    let response = response.unwrap();
+    assert_eq!(response["id"], 1);
+    assert_eq!(response["error"]["code"], -32603);
+    assert_eq!(
+        response["error"]["message"],
+        "Timed out waiting on the task"
+    );
+
+    // 0 answers at once; the task is still there, still working.
+    let Some((code, response)) = join_within(dispatch_on_thread(&f, request(2), 0)) else {
+        panic!("tasks/result with a 0 ms timeout was still waiting after 10 s");
+    };
+    assert_eq!(code, mcpts_result::Ok);
+    assert_eq!(response.unwrap()["error"]["code"], -32603);
+
+    // A task that ends within the timeout is answered with its result.
+    let waiter = dispatch_on_thread(&f, request(3), 10_000);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let outcome = br#"{"result": {"content": []}}"#;
+    let mut task: *mut mcpts_bytes = ptr::null_mut();
+    // SAFETY: the handle, id and outcome are live; `task` is freed once.
+    unsafe {
+        assert_eq!(
+            mcpts_handle_store_result(
+                f.handle,
+                id.as_ptr(),
+                ptr::null(),
+                outcome.as_ptr(),
+                outcome.len(),
+                &mut task
+            ),
+            mcpts_result::Ok
+        );
+        take_json(task);
+    }
+    let (code, response) = join_within(waiter).expect("tasks/result did not see the result");
+    assert_eq!(code, mcpts_result::Ok);
+    assert_eq!(
+        response.unwrap()["result"]["content"],
+        serde_json::json!([])
+    );
+}

@@ -1,5 +1,6 @@
 //! The store as `mcpts_handle_dispatch` hands it to the protocol adapters: a [`TaskStore`]
-//! over a [`StoreHandle`] that remembers whether the store answered `Closed`.
+//! over a [`StoreHandle`] that bounds every wait by the host's timeout and remembers
+//! whether the store answered `Closed`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -13,19 +14,35 @@ use crate::{
     TaskStatus, TaskStore, WaitStop,
 };
 
-/// Forwards every call to the handle. The adapters turn a `Closed` store into a JSON-RPC
-/// error response like any other; this notes it, so that C gets `MCPTS_RESULT_CLOSED`
-/// instead of an `OK` whose body only says so in prose.
+/// Forwards every call to the handle, with two changes:
+///
+/// - A wait never lasts longer than the host's timeout. The adapters' `tasks/result` waits
+///   with none, and answers a wait that runs out as it answers any store error (-32603
+///   "Timed out waiting on the task"), so the protocol layer needs no timeout of its own.
+/// - The adapters turn a `Closed` store into a JSON-RPC error response like any other; this
+///   notes it, so that C gets `MCPTS_RESULT_CLOSED` instead of an `OK` whose body only says
+///   so in prose.
 pub(crate) struct DispatchStore<'a> {
     handle: &'a StoreHandle,
+    /// The host's bound on any one wait; `None` for none.
+    wait: Option<Duration>,
     closed: AtomicBool,
 }
 
 impl<'a> DispatchStore<'a> {
-    pub(crate) fn new(handle: &'a StoreHandle) -> DispatchStore<'a> {
+    pub(crate) fn new(handle: &'a StoreHandle, wait: Option<Duration>) -> DispatchStore<'a> {
         DispatchStore {
             handle,
+            wait,
             closed: AtomicBool::new(false),
+        }
+    }
+
+    /// The shorter of the adapter's timeout and the host's.
+    fn bound(&self, timeout: Option<Duration>) -> Option<Duration> {
+        match (timeout, self.wait) {
+            (Some(asked), Some(host)) => Some(asked.min(host)),
+            (asked, host) => asked.or(host),
         }
     }
 
@@ -91,7 +108,7 @@ impl TaskStore for DispatchStore<'_> {
         session: Option<&SessionId>,
         timeout: Option<Duration>,
     ) -> Result<Task, StoreError> {
-        self.note(self.handle.wait_terminal(id, session, timeout))
+        self.note(self.handle.wait_terminal(id, session, self.bound(timeout)))
     }
     fn wait_terminal_or_stop(
         &self,
@@ -102,7 +119,7 @@ impl TaskStore for DispatchStore<'_> {
     ) -> Result<Task, StoreError> {
         self.note(
             self.handle
-                .wait_terminal_or_stop(id, session, timeout, stop),
+                .wait_terminal_or_stop(id, session, self.bound(timeout), stop),
         )
     }
     fn list(
@@ -143,7 +160,10 @@ impl TaskStore for DispatchStore<'_> {
         key: &str,
         timeout: Option<Duration>,
     ) -> Result<Value, StoreError> {
-        self.note(self.handle.wait_input(id, session, key, timeout))
+        self.note(
+            self.handle
+                .wait_input(id, session, key, self.bound(timeout)),
+        )
     }
     fn cancel_token(
         &self,

@@ -803,16 +803,17 @@ pub unsafe extern "C" fn mcpts_handle_wait_input(
     })
 }
 
-/// Serves one raw JSON-RPC request for a `tasks/` method (`request_len` bytes of UTF-8 JSON) against
-/// the store, so a host with its own transport can serve MCP tasks without rewriting the
-/// protocol adapters. The revision is read from the request: SEP-2663 when its
-/// `params._meta` names protocol `2026-07-28`, else 2025-11-25. `session` scopes the tasks
-/// (NULL: sessionless).
+/// Serves one raw JSON-RPC request for a `tasks/` method (`request_len` bytes of UTF-8
+/// JSON) against the store, so a host with its own transport can serve MCP tasks without
+/// rewriting the protocol adapters. The revision is read from the request: SEP-2663 when
+/// its `params._meta` names protocol `2026-07-28`, else 2025-11-25. `session` scopes the
+/// tasks (NULL: sessionless).
 ///
 /// On `OK`, `*response_out` is the complete JSON-RPC response to send back (a protocol error,
 /// such as an unknown task or malformed JSON, is a JSON-RPC error response, still `OK`), or
 /// NULL when the message needs no response (a notification). Methods outside `tasks/` get
-/// -32601. A 2025-11-25 `tasks/result` blocks until the task is terminal.
+/// -32601. A 2025-11-25 `tasks/result` blocks until the task is terminal, with no timeout;
+/// [`mcpts_handle_dispatch_timeout`] bounds that wait.
 ///
 /// Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT` (not UTF-8), `CLOSED` when the store is
 /// freed before or during the call (whatever the request, even one that touches no task):
@@ -834,6 +835,45 @@ pub unsafe extern "C" fn mcpts_handle_dispatch(
     session: *const c_char,
     response_out: *mut *mut mcpts_bytes,
 ) -> mcpts_result {
+    // SAFETY: the same contract.
+    unsafe {
+        mcpts_handle_dispatch_timeout(
+            handle,
+            request_json,
+            request_len,
+            session,
+            MCPTS_WAIT_FOREVER,
+            response_out,
+        )
+    }
+}
+
+/// [`mcpts_handle_dispatch`] that blocks at most `timeout_ms` milliseconds
+/// ([`MCPTS_WAIT_FOREVER`] for no timeout, which is exactly [`mcpts_handle_dispatch`]; 0
+/// answers at once). Only a 2025-11-25 `tasks/result` ever waits: when its task is still
+/// not terminal after `timeout_ms`, the call returns `OK` with the JSON-RPC error response
+/// -32603 `"Timed out waiting on the task"` (the JSON-RPC form of the store's timeout),
+/// ready to send; the task is unaffected and the client may ask again. Every other request
+/// is answered exactly as by [`mcpts_handle_dispatch`].
+///
+/// Errors: as [`mcpts_handle_dispatch`].
+///
+/// Thread safety: any thread, concurrently with other calls on `handle`; blocks only the
+/// calling thread.
+///
+/// # Safety
+///
+/// `handle` must be NULL or live; `request_json` NULL or readable for `request_len` bytes;
+/// `session` NULL or NUL-terminated; `response_out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_handle_dispatch_timeout(
+    handle: *const mcpts_handle,
+    request_json: *const u8,
+    request_len: usize,
+    session: *const c_char,
+    timeout_ms: u64,
+    response_out: *mut *mut mcpts_bytes,
+) -> mcpts_result {
     ffi_boundary!(fallible {
         // SAFETY (all `unsafe` blocks in this body): per this function's contract.
         let handle = unsafe { arg_ref(handle, "handle") }?;
@@ -845,7 +885,7 @@ pub unsafe extern "C" fn mcpts_handle_dispatch(
         let session = opt_session(session)?;
         let request = std::str::from_utf8(request)
             .map_err(|e| Error::invalid(format!("the request is not UTF-8: {e}")))?;
-        let store = DispatchStore::new(store);
+        let store = DispatchStore::new(store, timeout(timeout_ms));
         let response = crate::protocol::dispatch_tasks(&store, session.as_ref(), request);
         if store.saw_closed() {
             // The response would only say so in prose; C gets the code, and no response.

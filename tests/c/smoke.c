@@ -316,6 +316,21 @@ int main(void) {
         OK(mcpts_handle_dispatch(h, u8(notification), strlen(notification), NULL, &out));
         CHECK(out == NULL);
         out = SENTINEL;
+
+        /* dispatch_timeout: a tasks/result on a running task answers -32603 at the timeout */
+        char result2025[256];
+        snprintf(result2025, sizeof result2025,
+                 "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"tasks/result\",\"params\":{\"taskId\":\"%s\"}}", a);
+        EXPECT(MCPTS_RESULT_NULL_PARAMETER,
+               mcpts_handle_dispatch_timeout(NULL, u8(result2025), strlen(result2025), NULL, 0, &out));
+        EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_dispatch_timeout(h, NULL, 0, NULL, 0, &out));
+        EXPECT(MCPTS_RESULT_NULL_PARAMETER,
+               mcpts_handle_dispatch_timeout(h, u8(result2025), strlen(result2025), NULL, 0, NULL));
+        CHECK(out == SENTINEL);
+        OK(mcpts_handle_dispatch_timeout(h, u8(result2025), strlen(result2025), NULL, 20, &out));
+        JSON_HAS(out, "{\"code\":-32603,\"message\":\"Timed out waiting on the task\"}");
+        OK(mcpts_handle_dispatch_timeout(h, u8(get2025), strlen(get2025), NULL, MCPTS_WAIT_FOREVER, &out));
+        JSON_HAS(out, "\"status\":\"working\"");
     }
 
     /* results */
