@@ -63,7 +63,8 @@ enum mcpts_result
    */
   MCPTS_RESULT_INVALID_CONFIG = 5,
   /**
-   * The store is gone: it was freed (or its owner thread died) before or during the call.
+   * The store is gone: it was freed (or its owner thread died) before or during the call,
+   * or the call is made in a child forked from the process that created the store.
    */
   MCPTS_RESULT_CLOSED = 6,
   /**
@@ -234,6 +235,10 @@ mcpts_result mcpts_store_new(const uint8_t *config_json, size_t config_len, mcpt
  * [`mcpts_handle_wait`]) return `MCPTS_RESULT_CLOSED`; handles stay valid and return
  * `MCPTS_RESULT_CLOSED` from then on, and must still be freed.
  *
+ * In a child forked from the process that created the store, this returns at once and
+ * releases nothing: the owner thread lives only in that parent (see the module's Threads
+ * section). The parent's store is unaffected and must still be freed there.
+ *
  * Thread safety: any thread, but it blocks until the owner thread has exited, and no other
  * thread may use this `store` pointer at the same time (handles are fine).
  *
@@ -245,6 +250,8 @@ void mcpts_store_free(mcpts_store *store);
 
 /**
  * Writes a new handle to the store to `*handle_out`; free it with [`mcpts_handle_free`].
+ *
+ * Errors: `NULL_PARAMETER`, `CLOSED` (in a child forked from the store's process).
  *
  * Thread safety: any thread, concurrently with other calls on the same store except
  * [`mcpts_store_free`].
@@ -258,7 +265,8 @@ mcpts_result mcpts_store_handle(const mcpts_store *store, mcpts_handle **handle_
 /**
  * Writes a second handle to the same store to `*handle_out`; both must be freed.
  *
- * Errors: `NULL_PARAMETER`, `CLOSED` (the store is freed: a new handle would be of no use).
+ * Errors: `NULL_PARAMETER`, `CLOSED` (the store is freed, or this is a forked child: a new
+ * handle would be of no use).
  *
  * Thread safety: any thread, concurrently with other calls on `handle`.
  *
@@ -270,7 +278,8 @@ mcpts_result mcpts_handle_clone(const mcpts_handle *handle, mcpts_handle **handl
 
 /**
  * Frees a handle. NULL is a no-op. The store keeps running; freeing a handle after its
- * store is fine (and required).
+ * store is fine (and required). In a forked child it returns at once and releases nothing,
+ * like [`mcpts_store_free`].
  *
  * Thread safety: any thread, but no other thread may be using this `handle` pointer.
  *

@@ -1,7 +1,7 @@
 //! Drives the C ABI from outside Rust: builds the C library (`cdylib`), then runs the C
-//! program `tests/c/smoke.c` (plainly and under valgrind) and the Python ctypes program
-//! `tests/python/ffi_threads.py`. gcc, valgrind and python3 are required: a missing tool
-//! fails the test, it never skips.
+//! program `tests/c/smoke.c` (plainly and under valgrind) and the Python ctypes programs
+//! `tests/python/ffi_threads.py` and `tests/python/ffi_fork.py`. gcc, valgrind and python3
+//! are required: a missing tool fails the test, it never skips.
 #![cfg(feature = "ffi")]
 
 use std::ffi::CStr;
@@ -114,6 +114,20 @@ fn python_ctypes_threads() {
             .arg(library()),
     );
     assert!(String::from_utf8_lossy(&output.stdout).contains("ffi_threads.py: ok"));
+}
+
+/// A child forked from a process holding a store gets `CLOSED` at once from every call, and
+/// freeing there returns (the child's calls are bounded by an alarm, so a hang fails).
+#[test]
+fn python_ctypes_fork() {
+    let output = run(
+        "tests/python/ffi_fork.py",
+        Command::new("python3")
+            .current_dir(manifest_dir())
+            .arg("tests/python/ffi_fork.py")
+            .arg(library()),
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("ffi_fork.py: ok"));
 }
 
 fn last_error() -> String {

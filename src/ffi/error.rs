@@ -30,7 +30,8 @@ pub enum mcpts_result {
     /// The store configuration is invalid (unknown field, bad value); the message names the
     /// field.
     InvalidConfig = 5,
-    /// The store is gone: it was freed (or its owner thread died) before or during the call.
+    /// The store is gone: it was freed (or its owner thread died) before or during the call,
+    /// or the call is made in a child forked from the process that created the store.
     Closed = 6,
     /// The store's journal could not be read or written (the message names the file).
     Journal = 7,

@@ -42,6 +42,15 @@
 //! number of threads at once. Freeing the [`mcpts_store`] stops and joins the store's owner
 //! thread; handles outlive it safely, and every call on them then gives
 //! `MCPTS_RESULT_CLOSED`. Each function's documentation states its own rules.
+//!
+//! A store belongs to the process that created it. `fork()` copies the store into the
+//! child but not its owner thread (Python's `multiprocessing` forks by default on Linux),
+//! so in a forked child every call on the store or its handles returns
+//! `MCPTS_RESULT_CLOSED` at once, with a last error saying the store belongs to the parent
+//! process; it never waits for the missing thread. [`mcpts_store_free`] and
+//! [`mcpts_handle_free`] in the child return at once and release nothing (the child's exit
+//! reclaims its copy); the parent's store carries on. A child that needs tasks creates a
+//! store of its own.
 
 #![allow(non_camel_case_types)]
 

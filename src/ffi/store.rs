@@ -39,9 +39,10 @@ pub struct mcpts_handle {
 }
 
 impl mcpts_handle {
-    /// The store behind this handle, or `Closed` once it is freed. Every entry point on a
-    /// handle goes through here, so calls that never reach the owner thread (a clone, a
-    /// dispatch of a request that touches no task) report a freed store too.
+    /// The store behind this handle, or `Closed` once it is freed or in a forked child.
+    /// Every entry point on a handle goes through here, so calls that never reach the owner
+    /// thread (a clone, a dispatch of a request that touches no task) report a freed store
+    /// too.
     fn live(&self) -> Result<&StoreHandle, Error> {
         self.owner.check()?;
         Ok(&self.handle)
@@ -49,15 +50,45 @@ impl mcpts_handle {
 }
 
 /// What a store shares with all its handles.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Owner {
+    /// The process that created the store. `fork()` copies the store's memory into the
+    /// child but not its owner thread, so in any other process a call would wait forever
+    /// for an answer, and freeing would wait forever for the thread to exit.
+    pid: u32,
     /// Set by `mcpts_store_free` before it stops the owner thread.
     freed: AtomicBool,
 }
 
 impl Owner {
-    /// `Closed` once the store is freed.
+    /// An owner for a store created by this process.
+    fn new() -> Owner {
+        Owner {
+            pid: std::process::id(),
+            freed: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether this is a process other than the store's: a child forked after the store
+    /// was created.
+    fn forked(&self) -> bool {
+        std::process::id() != self.pid
+    }
+
+    /// `Closed` once the store is freed, or at once in a forked child.
     fn check(&self) -> Result<(), Error> {
+        if self.forked() {
+            return Err(Error::new(
+                mcpts_result::Closed,
+                format!(
+                    "the task store is closed here: it belongs to process {}, which created \
+                     it; this process ({}) is a fork() of it, where the store's thread does \
+                     not run",
+                    self.pid,
+                    std::process::id()
+                ),
+            ));
+        }
         if self.freed.load(Ordering::Acquire) {
             return Err(StoreError::Closed.into());
         }
@@ -116,7 +147,7 @@ pub unsafe extern "C" fn mcpts_store_new(
         let store_out = Out::new(store_out, "store_out")?;
         let config = parse_config(json)?;
         let store = Store::start(config)?;
-        let owner = Arc::default();
+        let owner = Arc::new(Owner::new());
         // SAFETY: per this function's contract.
         unsafe { store_out.write(Box::new(mcpts_store { store, owner })) };
         Ok(())
@@ -128,6 +159,10 @@ pub unsafe extern "C" fn mcpts_store_new(
 /// [`mcpts_handle_wait`]) return `MCPTS_RESULT_CLOSED`; handles stay valid and return
 /// `MCPTS_RESULT_CLOSED` from then on, and must still be freed.
 ///
+/// In a child forked from the process that created the store, this returns at once and
+/// releases nothing: the owner thread lives only in that parent (see the module's Threads
+/// section). The parent's store is unaffected and must still be freed there.
+///
 /// Thread safety: any thread, but it blocks until the owner thread has exited, and no other
 /// thread may use this `store` pointer at the same time (handles are fine).
 ///
@@ -137,16 +172,25 @@ pub unsafe extern "C" fn mcpts_store_new(
 #[no_mangle]
 pub unsafe extern "C" fn mcpts_store_free(store: *mut mcpts_store) {
     ffi_boundary!(default = (); {
-        if !store.is_null() {
-            // SAFETY: from `Box::into_raw` in `mcpts_store_new`, freed once (the contract).
-            let store = unsafe { Box::from_raw(store) };
-            store.owner.freed.store(true, Ordering::Release);
-            drop(store);
+        // SAFETY: NULL or live, per the contract.
+        let Some(live) = (unsafe { store.as_ref() }) else {
+            return;
+        };
+        if live.owner.forked() {
+            // The owner thread runs only in the parent: joining it would never return, and
+            // a parent thread may have held one of the store's locks at the fork. This copy
+            // is left as it is; the child's exit reclaims it.
+            return;
         }
+        live.owner.freed.store(true, Ordering::Release);
+        // SAFETY: from `Box::into_raw` in `mcpts_store_new`, freed once (the contract).
+        drop(unsafe { Box::from_raw(store) });
     })
 }
 
 /// Writes a new handle to the store to `*handle_out`; free it with [`mcpts_handle_free`].
+///
+/// Errors: `NULL_PARAMETER`, `CLOSED` (in a child forked from the store's process).
 ///
 /// Thread safety: any thread, concurrently with other calls on the same store except
 /// [`mcpts_store_free`].
@@ -163,6 +207,7 @@ pub unsafe extern "C" fn mcpts_store_handle(
         // SAFETY: per this function's contract.
         let store = unsafe { arg_ref(store, "store") }?;
         let handle_out = Out::new(handle_out, "handle_out")?;
+        store.owner.check()?;
         let handle = mcpts_handle {
             handle: store.store.handle(),
             owner: Arc::clone(&store.owner),
@@ -175,7 +220,8 @@ pub unsafe extern "C" fn mcpts_store_handle(
 
 /// Writes a second handle to the same store to `*handle_out`; both must be freed.
 ///
-/// Errors: `NULL_PARAMETER`, `CLOSED` (the store is freed: a new handle would be of no use).
+/// Errors: `NULL_PARAMETER`, `CLOSED` (the store is freed, or this is a forked child: a new
+/// handle would be of no use).
 ///
 /// Thread safety: any thread, concurrently with other calls on `handle`.
 ///
@@ -202,7 +248,8 @@ pub unsafe extern "C" fn mcpts_handle_clone(
 }
 
 /// Frees a handle. NULL is a no-op. The store keeps running; freeing a handle after its
-/// store is fine (and required).
+/// store is fine (and required). In a forked child it returns at once and releases nothing,
+/// like [`mcpts_store_free`].
 ///
 /// Thread safety: any thread, but no other thread may be using this `handle` pointer.
 ///
@@ -212,10 +259,17 @@ pub unsafe extern "C" fn mcpts_handle_clone(
 #[no_mangle]
 pub unsafe extern "C" fn mcpts_handle_free(handle: *mut mcpts_handle) {
     ffi_boundary!(default = (); {
-        if !handle.is_null() {
-            // SAFETY: from `Box::into_raw` in this library, freed once (the contract).
-            drop(unsafe { Box::from_raw(handle) });
+        // SAFETY: NULL or live, per the contract.
+        let Some(live) = (unsafe { handle.as_ref() }) else {
+            return;
+        };
+        if live.owner.forked() {
+            // As in `mcpts_store_free`: dropping the handle's channel end could wait on a
+            // lock some parent thread held at the fork. Leave the child's copy alone.
+            return;
         }
+        // SAFETY: from `Box::into_raw` in this library, freed once (the contract).
+        drop(unsafe { Box::from_raw(handle) });
     })
 }
 
