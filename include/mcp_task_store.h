@@ -209,7 +209,8 @@ const char *mcpts_result_name(uint32_t code);
 /**
  * Creates a store from a JSON configuration and starts its owner thread.
  *
- * `config_json` points to `config_len` bytes of UTF-8 JSON (no NUL needed), for example
+ * `config_json` points to `config_len` bytes of UTF-8 JSON (the length counts the JSON
+ * text only: no trailing NUL is needed, and one counted in is `INVALID_JSON`), for example
  * `{"default_ttl": "10m", "max_ttl": 3600000, "page_size": 50}`. Fields, all optional:
  * `default_ttl`, `max_ttl`, `poll_interval` (humantime strings such as `"90s"` or integer
  * milliseconds), `page_size`, `max_tasks`, `max_tasks_per_session` (integers), `expiry`
@@ -218,7 +219,8 @@ const char *mcpts_result_name(uint32_t code);
  *
  * On success writes a new store to `*store_out`; free it with [`mcpts_store_free`].
  * Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_CONFIG` (the last error names the
- * field).
+ * field), `INVALID_ARGUMENT` (the owner thread cannot be spawned; the last error says
+ * why), and `PANIC` as any call.
  *
  * Thread safety: any thread.
  *
@@ -487,12 +489,17 @@ mcpts_result mcpts_handle_resolve_input(const mcpts_handle *handle, const char *
  * Blocks until the input request `key` of the task is answered and writes the answer (the
  * JSON value given to [`mcpts_handle_resolve_input`]) to `*answer_out`; `TIMEOUT` after
  * `timeout_ms` ([`MCPTS_WAIT_FOREVER`] for none). This is how a worker written in C reads
- * the answers to its input requests. Each answer is handed out once: a second wait on the
- * same key gives `UNKNOWN_INPUT_KEY`.
+ * the answers to its input requests.
  *
- * Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT`, `NOT_FOUND`, `UNKNOWN_INPUT_KEY`,
- * `ALREADY_TERMINAL` (the task ended without an answer), `TIMEOUT`, `LIMIT_EXCEEDED`,
- * `CLOSED` (also when the store is freed while waiting).
+ * Each answer is handed out once, to one waiter. Once a wait has returned the answer, a
+ * later wait on the same key gives `UNKNOWN_INPUT_KEY`. While one caller is blocked
+ * waiting on a key, a second wait on that key is refused at once with `INVALID_ARGUMENT`,
+ * rather than queued for an answer that would go to the first.
+ *
+ * Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT` (not UTF-8, or another caller is already
+ * waiting on this key), `NOT_FOUND`, `UNKNOWN_INPUT_KEY` (no such request, or its answer
+ * already handed out), `ALREADY_TERMINAL` (the task ended without an answer), `TIMEOUT`,
+ * `LIMIT_EXCEEDED`, `CLOSED` (also when the store is freed while waiting).
  *
  * Thread safety: any thread, concurrently with other calls on `handle`; blocks only the
  * calling thread.

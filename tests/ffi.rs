@@ -153,6 +153,11 @@ fn entry_points_from_rust() {
             mcpts_result::NullParameter
         );
         assert_eq!(last_error(), "argument 'config_json' is NULL");
+        // Lengths count the JSON text only: a NUL counted in is malformed JSON.
+        assert_eq!(
+            mcpts_store_new(c"{}".to_bytes_with_nul().as_ptr(), 3, &mut store),
+            mcpts_result::InvalidJson
+        );
         assert_eq!(
             mcpts_store_new(config.as_ptr(), config.len(), &mut store),
             mcpts_result::Ok
@@ -191,6 +196,19 @@ fn entry_points_from_rust() {
             mcpts_result::Ok
         );
         mcpts_bytes_free(out);
+
+        let with_nul = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tasks/list\"}\0";
+        assert_eq!(
+            mcpts_handle_dispatch(
+                handle,
+                with_nul.as_ptr(),
+                with_nul.len(),
+                ptr::null(),
+                &mut out
+            ),
+            mcpts_result::Ok
+        );
+        assert_eq!(take_json(out)["error"]["code"], -32700);
 
         mcpts_handle_free(twin);
         mcpts_store_free(store);

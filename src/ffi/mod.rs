@@ -30,9 +30,13 @@
 //!   other's messages.
 //! - JSON output comes back as an [`mcpts_bytes`] owned by Rust: read it with
 //!   [`mcpts_bytes_data`] / [`mcpts_bytes_len`], release it with [`mcpts_bytes_free`].
-//! - JSON input is a pointer and a length (UTF-8, not NUL-terminated needed); task ids,
-//!   sessions, statuses and messages are NUL-terminated UTF-8 C strings. A task id that is
-//!   not a UUID names no task: it gives `MCPTS_RESULT_NOT_FOUND`, like an unknown one.
+//! - JSON input is a pointer and a length in bytes (UTF-8). The length counts the JSON text
+//!   only: no trailing NUL is needed, and a NUL counted in the length makes the input
+//!   malformed JSON (`MCPTS_RESULT_INVALID_JSON`; a -32700 response from
+//!   [`mcpts_handle_dispatch`]). Output lengths ([`mcpts_bytes_len`]) likewise exclude the
+//!   NUL that follows the text. Task ids, sessions, statuses and messages are
+//!   NUL-terminated UTF-8 C strings. A task id that is not a UUID names no task: it gives
+//!   `MCPTS_RESULT_NOT_FOUND`, like an unknown one.
 //! - Tasks come out as MCP 2025-11-25 wire objects (`taskId`, `status`, `statusMessage`,
 //!   `createdAt`, `lastUpdatedAt`, `ttl`, `pollInterval`).
 //!
