@@ -17,64 +17,10 @@ import sys
 import traceback
 import warnings
 
-OK = 0
-CLOSED = 6
-WAIT_FOREVER = 2**64 - 1
+from mcpts import CLOSED, OK, WAIT_FOREVER, Bytes, Handle, Store, last_error, load, take_json
+
 # A child call that hangs is killed by SIGALRM after this long.
 CHILD_TIMEOUT_S = 10
-
-
-class Store(ctypes.Structure):
-    pass
-
-
-class Handle(ctypes.Structure):
-    pass
-
-
-class Bytes(ctypes.Structure):
-    pass
-
-
-def load(path):
-    lib = ctypes.CDLL(path)
-    u8p, size, u32, u64 = ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_uint64
-    s, h, b = ctypes.POINTER(Store), ctypes.POINTER(Handle), ctypes.POINTER(Bytes)
-    signatures = {
-        "mcpts_store_new": (u32, [u8p, size, ctypes.POINTER(s)]),
-        "mcpts_store_free": (None, [s]),
-        "mcpts_store_handle": (u32, [s, ctypes.POINTER(h)]),
-        "mcpts_handle_clone": (u32, [h, ctypes.POINTER(h)]),
-        "mcpts_handle_free": (None, [h]),
-        "mcpts_handle_create": (u32, [h, u8p, size, ctypes.POINTER(b)]),
-        "mcpts_handle_get": (u32, [h, u8p, u8p, ctypes.POINTER(b)]),
-        "mcpts_handle_list": (u32, [h, u8p, u8p, ctypes.POINTER(b)]),
-        "mcpts_handle_wait": (u32, [h, u8p, u8p, u64, ctypes.POINTER(b)]),
-        "mcpts_handle_cancel": (u32, [h, u8p, u8p, u8p, ctypes.POINTER(b)]),
-        "mcpts_handle_dispatch": (u32, [h, u8p, size, u8p, ctypes.POINTER(b)]),
-        "mcpts_bytes_data": (ctypes.c_void_p, [b]),
-        "mcpts_bytes_len": (size, [b]),
-        "mcpts_bytes_free": (None, [b]),
-        "mcpts_last_error": (size, [ctypes.c_char_p, size]),
-        "mcpts_result_name": (ctypes.c_char_p, [u32]),
-    }
-    for name, (restype, argtypes) in signatures.items():
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = restype, argtypes
-    return lib
-
-
-def last_error(lib):
-    buf = ctypes.create_string_buffer(512)
-    lib.mcpts_last_error(buf, len(buf))
-    return buf.value.decode()
-
-
-def take_json(lib, out):
-    try:
-        return json.loads(ctypes.string_at(lib.mcpts_bytes_data(out), lib.mcpts_bytes_len(out)))
-    finally:
-        lib.mcpts_bytes_free(out)
 
 
 def create(lib, handle):

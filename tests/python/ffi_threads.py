@@ -13,50 +13,21 @@ import queue
 import sys
 import threading
 
+from mcpts import (
+    INVALID_CONFIG,
+    NOT_FOUND,
+    OK,
+    WAIT_FOREVER,
+    Bytes,
+    Handle,
+    Store,
+    last_error,
+    load,
+    take_json,
+)
+
 PRODUCERS = 4
 TASKS_PER_PRODUCER = 50
-WAIT_FOREVER = 2**64 - 1
-OK = 0
-NOT_FOUND = 100
-INVALID_CONFIG = 5
-
-
-class Store(ctypes.Structure):
-    pass
-
-
-class Handle(ctypes.Structure):
-    pass
-
-
-class Bytes(ctypes.Structure):
-    pass
-
-
-def load(path):
-    lib = ctypes.CDLL(path)
-    u8p, size, u32 = ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint32
-    s, h, b = ctypes.POINTER(Store), ctypes.POINTER(Handle), ctypes.POINTER(Bytes)
-    signatures = {
-        "mcpts_store_new": (u32, [u8p, size, ctypes.POINTER(s)]),
-        "mcpts_store_free": (None, [s]),
-        "mcpts_store_handle": (u32, [s, ctypes.POINTER(h)]),
-        "mcpts_handle_free": (None, [h]),
-        "mcpts_handle_create": (u32, [h, u8p, size, ctypes.POINTER(b)]),
-        "mcpts_handle_get": (u32, [h, u8p, u8p, ctypes.POINTER(b)]),
-        "mcpts_handle_store_result": (u32, [h, u8p, u8p, u8p, size, ctypes.POINTER(b)]),
-        "mcpts_handle_list": (u32, [h, u8p, u8p, ctypes.POINTER(b)]),
-        "mcpts_handle_wait": (u32, [h, u8p, u8p, ctypes.c_uint64, ctypes.POINTER(b)]),
-        "mcpts_bytes_data": (ctypes.c_void_p, [b]),
-        "mcpts_bytes_len": (size, [b]),
-        "mcpts_bytes_free": (None, [b]),
-        "mcpts_last_error": (size, [ctypes.c_char_p, size]),
-        "mcpts_result_name": (ctypes.c_char_p, [u32]),
-    }
-    for name, (restype, argtypes) in signatures.items():
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = restype, argtypes
-    return lib
 
 
 class Api:
@@ -67,17 +38,11 @@ class Api:
 
     def check(self, code, what):
         if code != OK:
-            buf = ctypes.create_string_buffer(512)
-            self.lib.mcpts_last_error(buf, len(buf))
             name = self.lib.mcpts_result_name(code).decode()
-            raise RuntimeError(f"{what}: {name}: {buf.value.decode()}")
+            raise RuntimeError(f"{what}: {name}: {last_error(self.lib)}")
 
     def take_json(self, out):
-        try:
-            data = ctypes.string_at(self.lib.mcpts_bytes_data(out), self.lib.mcpts_bytes_len(out))
-            return json.loads(data)
-        finally:
-            self.lib.mcpts_bytes_free(out)
+        return take_json(self.lib, out)
 
     def call(self, name, *args):
         out = ctypes.POINTER(Bytes)()
