@@ -115,8 +115,10 @@ struct CallParams {
     name: String,
     #[serde(default)]
     arguments: Option<Value>,
+    /// Read only where it means something (a 2025-11-25 client that negotiated tasks):
+    /// anywhere else it is an unknown field, ignored whatever its shape.
     #[serde(default)]
-    task: Option<v2025::TaskMetadata>,
+    task: Option<Value>,
     /// SEP-2663 multi-round-trip: answers to the input requests of an earlier round.
     #[serde(default, rename = "inputResponses")]
     input_responses: Option<Value>,
@@ -395,23 +397,24 @@ impl Connection {
             Revision::V2025 if !self.tasks_negotiated.load(Ordering::Acquire) => {
                 self.run_inline(run, Binding::inline(), reply)
             }
-            Revision::V2025 => match (call.task, run.tool.task_support()) {
-                (Some(_), TaskSupport::Forbidden) => reply.send(Err(RpcError::new(
+            Revision::V2025 => match (task_metadata(call.task), run.tool.task_support()) {
+                (Err(error), _) => reply.send(Err(error)),
+                (Ok(Some(_)), TaskSupport::Forbidden) => reply.send(Err(RpcError::new(
                     jsonrpc::METHOD_NOT_FOUND,
                     format!(
                         "Tool '{}' does not support task-augmented execution",
                         call.name
                     ),
                 ))),
-                (None, TaskSupport::Required) => reply.send(Err(RpcError::new(
+                (Ok(None), TaskSupport::Required) => reply.send(Err(RpcError::new(
                     jsonrpc::METHOD_NOT_FOUND,
                     format!(
                         "Tool '{}' must be called as a task (params.task)",
                         call.name
                     ),
                 ))),
-                (Some(task), _) => self.start_task(run, task.ttl, reply),
-                (None, _) => self.run_inline(run, Binding::inline(), reply),
+                (Ok(Some(task)), _) => self.start_task(run, task.ttl, reply),
+                (Ok(None), _) => self.run_inline(run, Binding::inline(), reply),
             },
             // The server decides; a legacy `params.task` is ignored.
             Revision::Sep2663 => match (run.tool.task_support(), meta.declares_tasks) {
@@ -924,6 +927,17 @@ impl Drop for Reply {
                 "the server could not complete the request (busy or shutting down)",
             ))));
         }
+    }
+}
+
+/// The `params.task` of a 2025-11-25 `tools/call` that negotiated tasks: absent or null for
+/// none, -32602 if it is not a valid `TaskMetadata`.
+fn task_metadata(task: Option<Value>) -> Result<Option<v2025::TaskMetadata>, RpcError> {
+    match task {
+        None | Some(Value::Null) => Ok(None),
+        Some(task) => serde_json::from_value(task)
+            .map(Some)
+            .map_err(|e| RpcError::invalid_params(format!("task: {e}"))),
     }
 }
 

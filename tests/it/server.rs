@@ -1063,6 +1063,43 @@ fn removed_methods_are_method_not_found_and_a_legacy_task_param_is_ignored() {
     assert_eq!(greet["result"]["content"][0]["text"], "Hello, x!");
 }
 
+/// Found by `hostile::legacy_task_param_is_ignored` (minimised: `"task": false`): a legacy
+/// `params.task` that is not a valid 2025-11-25 `TaskMetadata` failed the call with -32602,
+/// where a request that cannot mean it (SEP-2663, or a version without tasks) must have it
+/// ignored.
+#[test]
+fn a_legacy_task_param_of_any_shape_is_ignored_where_it_means_nothing() {
+    let mut h = Harness::new();
+    let shapes = [
+        json!(false),
+        json!("x"),
+        json!([1]),
+        json!({"ttl": -5}),
+        json!({"ttl": "1"}),
+    ];
+    for task in &shapes {
+        let greet = h.request(
+            "tools/call",
+            json!({"name": "greet", "arguments": {"name": "x"}, "task": task, "_meta": meta(true)}),
+        );
+        assert_eq!(
+            greet["result"]["content"][0]["text"], "Hello, x!",
+            "{greet}"
+        );
+    }
+    h.result(
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}}),
+    );
+    for task in &shapes {
+        let slept = h.result(
+            "tools/call",
+            json!({"name": "sleep", "arguments": {"ms": 1}, "task": task}),
+        );
+        assert_eq!(slept, text_result("slept 1 ms"), "{task}");
+    }
+}
+
 #[test]
 fn input_requests_are_answered_through_tasks_update_even_in_parts() {
     let mut h = Harness::new();
