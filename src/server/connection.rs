@@ -935,9 +935,12 @@ impl Drop for Reply {
 fn task_metadata(task: Option<Value>) -> Result<Option<v2025::TaskMetadata>, RpcError> {
     match task {
         None | Some(Value::Null) => Ok(None),
-        Some(task) => serde_json::from_value(task)
+        // Only an object: serde would also read the struct from an array (`[]`, `[60000]`),
+        // and start a task for a wrong type.
+        Some(task @ Value::Object(_)) => serde_json::from_value(task)
             .map(Some)
             .map_err(|e| RpcError::invalid_params(format!("task: {e}"))),
+        Some(_) => Err(RpcError::invalid_params("task must be an object")),
     }
 }
 

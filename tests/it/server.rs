@@ -294,6 +294,22 @@ fn bad_tool_calls_are_invalid_params() {
     );
 }
 
+/// Found by `hostile::messages_2025` (minimised: a task-augmented `tools/call` with
+/// `"task": []`): serde reads a struct from an array too, so `[]` (or `[60000]`) was taken
+/// for a `TaskMetadata` and started a task. `params.task` is an object; anything else is
+/// a wrong type.
+#[test]
+fn a_task_param_that_is_not_an_object_is_invalid_params() {
+    let mut h = Harness::new();
+    h.initialize(json!({}));
+    for task in [json!([]), json!([60000]), json!("x"), json!(true)] {
+        let params = json!({"name": "sleep", "arguments": {"ms": 1}, "task": task});
+        assert_eq!(h.error_code("tools/call", params), -32602, "{task}");
+    }
+    let tasks = h.server.store().list(None, None).unwrap().tasks;
+    assert!(tasks.is_empty(), "no task started: {tasks:?}");
+}
+
 #[test]
 fn a_task_runs_to_completion_and_its_result_carries_related_task_meta() {
     let mut h = Harness::new();
