@@ -97,8 +97,13 @@ impl RpcError {
 
     /// Reads an error object back; anything malformed becomes an internal error.
     pub fn from_value(value: &Value) -> RpcError {
-        serde_json::from_value(value.clone())
-            .unwrap_or_else(|_| RpcError::internal("malformed error object"))
+        // Only an object: serde would also read the struct from an array (`[0, ""]`) and
+        // make up an error the peer never sent.
+        value
+            .is_object()
+            .then(|| serde_json::from_value(value.clone()).ok())
+            .flatten()
+            .unwrap_or_else(|| RpcError::internal("malformed error object"))
     }
 }
 

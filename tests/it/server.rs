@@ -822,6 +822,31 @@ fn ask_elicits_through_the_client_and_completes_with_the_answer() {
     );
 }
 
+/// Found by `hostile::elicitation_answers_of_any_shape_2025` (minimised: the client
+/// answers the elicitation with `"error": [0, ""]`): serde read the error struct from the
+/// array, so the task failed with a made-up error `{code: 0, message: ""}` that
+/// `tasks/result` then handed on. A JSON-RPC error is an object; anything else is
+/// malformed, an internal error.
+#[test]
+fn an_error_answer_that_is_not_an_object_is_a_malformed_error() {
+    assert_eq!(RpcError::from_value(&json!([0, ""])).code, -32603);
+    assert_eq!(
+        RpcError::from_value(&json!([-32000, "x", null])).code,
+        -32603
+    );
+    let mut h = Harness::new();
+    h.initialize(json!({"elicitation": {}}));
+    let id = h.start("ask", json!({"question": "?"}));
+    let elicitation = h.next_outgoing("elicitation/create");
+    let answer = json!({"jsonrpc": "2.0", "id": elicitation["id"], "error": [0, ""]});
+    h.connection.handle_text(
+        &answer.to_string(),
+        Box::new(|_| panic!("a response gets no response")),
+    );
+    let response = h.request("tasks/result", json!({"taskId": id}));
+    assert_eq!(response["error"]["code"], -32603, "{response}");
+}
+
 #[test]
 fn ask_without_client_elicitation_support_fails_the_task() {
     let mut h = Harness::new();
