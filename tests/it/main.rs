@@ -3,6 +3,7 @@
 mod client;
 mod client_faults;
 mod handle;
+mod hostile;
 #[cfg(feature = "http")]
 mod http;
 mod journal;
