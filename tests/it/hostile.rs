@@ -21,20 +21,20 @@
 //! synchronise. Case counts keep the file to a few seconds in a debug build; raise them
 //! (the `cases` of each block) to hunt longer.
 
-use std::io::{Cursor, Write};
+use std::io::Cursor;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use mcp_task_store::protocol::RpcError;
-use mcp_task_store::server::{demo, Connection, Server, TaskSupport, Tool};
+use mcp_task_store::server::{demo, Connection, Server};
 use mcp_task_store::StoreConfig;
-use parking_lot::Mutex;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::TestCaseError;
 use serde_json::{json, Value};
+
+use crate::fixtures::{boom_tool, panic_tool, Captured};
 
 /// Longest any answer may take before the test calls it a hang. Only failing runs wait this
 /// long: every tool here finishes in well under a second.
@@ -151,26 +151,6 @@ enum Rev {
 }
 
 // ----- the server under test -------------------------------------------------------------
-
-fn boom_tool() -> Tool {
-    Tool::new(
-        "boom",
-        "Fails with a JSON-RPC error",
-        json!({"type": "object"}),
-        TaskSupport::Optional,
-        |_, _| Err(RpcError::new(-32000, "boom")),
-    )
-}
-
-fn panic_tool() -> Tool {
-    Tool::new(
-        "panic",
-        "Panics",
-        json!({"type": "object"}),
-        TaskSupport::Optional,
-        |_, _| panic!("tool bug"),
-    )
-}
 
 fn server() -> Server {
     // A task that waits for input nobody sends (a SEP-2663 `multi_input`) ends by itself,
@@ -880,24 +860,37 @@ fn run(rev: Rev, messages: &[Msg]) -> Result<(), TestCaseError> {
         };
         sent.push((kind, rx, got));
     }
-    let outcomes: Vec<Got> = sent
-        .iter_mut()
-        .map(|(_, rx, got)| got.take().unwrap_or_else(|| h.wait(rx)))
+    let answered: Vec<(Kind, Got)> = sent
+        .into_iter()
+        .map(|(kind, rx, got)| (kind, got.unwrap_or_else(|| h.wait(&rx))))
         .collect();
-    for (i, ((kind, _, _), got)) in sent.iter().zip(&outcomes).enumerate() {
-        let cancelled_later = match kind {
-            Kind::Request { id, .. } => sent[i + 1..]
-                .iter()
-                .any(|(later, _, _)| cancelled_id(later) == Some(id)),
+    // Only a cancel sent after a request can withhold its answer.
+    check_all(&mut h, &answered, |i, id| {
+        answered[i + 1..]
+            .iter()
+            .any(|(later, _)| cancelled_id(later) == Some(id))
+    })
+}
+
+/// Checks every message's answer (`cancelled(i, id)`: whether a cancel may have withheld
+/// request `i`'s), then the server's own messages, and that the connection and the store
+/// still work.
+fn check_all(
+    h: &mut Harness,
+    answered: &[(Kind, Got)],
+    cancelled: impl Fn(usize, &Value) -> bool,
+) -> Result<(), TestCaseError> {
+    for (i, (kind, got)) in answered.iter().enumerate() {
+        let cancelled = match kind {
+            Kind::Request { id, .. } => cancelled(i, id),
             _ => false,
         };
-        check(kind, got, cancelled_later)
+        check(kind, got, cancelled)
             .map_err(|e| TestCaseError::fail(format!("message {i}: {e}")))?;
     }
     h.check_outgoing()?;
     h.still_works();
-    h.check_outgoing()?;
-    Ok(())
+    h.check_outgoing()
 }
 
 /// [`run`] for two clients' worth of messages sent at once, from two threads, over the
@@ -921,19 +914,19 @@ fn run_concurrently(rev: Rev, a: &[Msg], b: &[Msg]) -> Result<(), TestCaseError>
         sent.extend(other.join().unwrap());
         sent
     });
-    let outcomes: Vec<Got> = sent.iter().map(|(_, rx)| h.wait(rx)).collect();
-    for (i, ((kind, _), got)) in sent.iter().zip(&outcomes).enumerate() {
-        let cancelled = match kind {
-            Kind::Request { id, .. } => sent.iter().any(|(k, _)| cancelled_id(k) == Some(id)),
-            _ => false,
-        };
-        check(kind, got, cancelled)
-            .map_err(|e| TestCaseError::fail(format!("message {i}: {e}")))?;
-    }
-    h.check_outgoing()?;
-    h.still_works();
-    h.check_outgoing()?;
-    Ok(())
+    let answered: Vec<(Kind, Got)> = sent
+        .into_iter()
+        .map(|(kind, rx)| {
+            let got = h.wait(&rx);
+            (kind, got)
+        })
+        .collect();
+    // The two lists interleave: a cancel in either may have come first.
+    check_all(&mut h, &answered, |_, id| {
+        answered
+            .iter()
+            .any(|(other, _)| cancelled_id(other) == Some(id))
+    })
 }
 
 // ----- generators ------------------------------------------------------------------------
@@ -1803,20 +1796,6 @@ proptest! {
 
 // ----- the stdio transport ---------------------------------------------------------------
 
-/// A writer the test can read back while the server still holds it.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 24,
@@ -1843,19 +1822,14 @@ proptest! {
         server().serve_lines(Cursor::new(input), out.clone()).unwrap();
         let deadline = Instant::now() + HANG;
         loop {
-            let bytes = out.0.lock().clone();
-            let text = String::from_utf8(bytes).expect("only UTF-8 goes out");
-            let messages: Vec<Value> = text
-                .lines()
-                .map(|line| serde_json::from_str(line).expect("only JSON-RPC goes out"))
-                .collect();
+            let messages = out.messages();
             for message in &messages {
                 prop_assert_eq!(&message["jsonrpc"], "2.0", "{}", message);
             }
             if messages.iter().any(|m| m["id"] == "last" && m["result"] == json!({})) {
                 break;
             }
-            prop_assert!(Instant::now() < deadline, "no answer to the last ping: {}", text);
+            prop_assert!(Instant::now() < deadline, "no answer to the last ping: {:?}", messages);
             std::thread::yield_now();
         }
     }

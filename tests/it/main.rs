@@ -2,6 +2,7 @@
 
 mod client;
 mod client_faults;
+mod fixtures;
 mod handle;
 mod hostile;
 #[cfg(feature = "http")]

@@ -11,6 +11,8 @@ use mcp_task_store::server::{demo, text_result, Connection, Server, TaskSupport,
 use mcp_task_store::{ManualClock, Store, StoreHandle};
 use serde_json::{json, Value};
 
+use crate::fixtures::{boom_tool, panic_tool};
+
 const WAIT: Duration = Duration::from_secs(10);
 
 struct Harness {
@@ -21,26 +23,6 @@ struct Harness {
     responses: (Sender<Value>, Receiver<Value>),
     next_id: i64,
     _store: Option<Store>,
-}
-
-fn boom_tool() -> Tool {
-    Tool::new(
-        "boom",
-        "Fails with a JSON-RPC error",
-        json!({"type": "object"}),
-        TaskSupport::Optional,
-        |_, _| Err(RpcError::new(-32000, "boom").with_data(json!({"why": "testing"}))),
-    )
-}
-
-fn panic_tool() -> Tool {
-    Tool::new(
-        "panic",
-        "Panics",
-        json!({"type": "object"}),
-        TaskSupport::Optional,
-        |_, _| panic!("tool bug"),
-    )
 }
 
 fn progress_tool() -> Tool {

@@ -2,37 +2,12 @@
 //! error, nothing panics or hangs, and a good request afterwards still works.
 
 use std::io::{Cursor, Write};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcp_task_store::server::{demo, Server};
-use parking_lot::Mutex;
 use serde_json::{json, Value};
 
-/// A writer the test can read back while the server still holds it.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn messages(&self) -> Vec<Value> {
-        let bytes = self.0.lock().clone();
-        String::from_utf8(bytes)
-            .expect("stdout is UTF-8")
-            .lines()
-            .map(|line| serde_json::from_str(line).expect("stdout carries only JSON-RPC"))
-            .collect()
-    }
-}
+use crate::fixtures::Captured;
 
 fn server() -> Server {
     let mut builder = Server::builder();
