@@ -195,22 +195,23 @@ pub fn classify(value: Value) -> Result<Message, Rejected> {
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err(reject(id, "jsonrpc must be \"2.0\""));
     }
-    let params = match object.remove("params") {
-        None | Some(Value::Null) => None,
-        Some(params @ Value::Object(_)) => Some(params),
-        Some(_) => {
-            return Err(Rejected {
-                id,
-                error: RpcError::invalid_params("params must be an object"),
-            })
-        }
-    };
-    match (object.remove("method"), id) {
+    let params = object.remove("params").filter(|params| !params.is_null());
+    let method = object.remove("method");
+    if let (Some(Value::String(method)), None) = (&method, &id) {
+        // A notification is never answered, not even with an error: params it cannot read
+        // (MCP's are objects) are its handler's to ignore.
+        let method = method.clone();
+        return Ok(Message::Notification(Notification { method, params }));
+    }
+    if params.as_ref().is_some_and(|params| !params.is_object()) {
+        return Err(Rejected {
+            id,
+            error: RpcError::invalid_params("params must be an object"),
+        });
+    }
+    match (method, id) {
         (Some(Value::String(method)), Some(id)) => {
             Ok(Message::Request(Request { id, method, params }))
-        }
-        (Some(Value::String(method)), None) => {
-            Ok(Message::Notification(Notification { method, params }))
         }
         (Some(_), id) => Err(reject(id, "method must be a string")),
         (None, Some(id)) => {

@@ -565,18 +565,20 @@ fn kind(text: &str) -> Kind {
         return malformed;
     }
     // `null` params count as absent, as the server reads them.
-    let params = match object.get("params") {
-        None | Some(Value::Null) => None,
-        Some(params @ Value::Object(_)) => Some(params.clone()),
-        Some(_) => return malformed,
-    };
+    let params = object.get("params").filter(|p| !p.is_null()).cloned();
+    if let (Some(Value::String(method)), None) = (object.get("method"), &id) {
+        // Never answered, whatever its params.
+        return Kind::Notification {
+            method: method.clone(),
+            params,
+        };
+    }
+    if params.as_ref().is_some_and(|p| !p.is_object()) {
+        return malformed;
+    }
     match (object.get("method"), usable_id) {
         (Some(Value::String(method)), Some(id)) => Kind::Request {
             id,
-            method: method.clone(),
-            params,
-        },
-        (Some(Value::String(method)), None) => Kind::Notification {
             method: method.clone(),
             params,
         },

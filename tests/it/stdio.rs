@@ -86,8 +86,15 @@ fn every_bad_line_gets_its_error_and_the_server_keeps_serving() {
         input.extend_from_slice(line.as_bytes());
         input.push(b'\n');
     }
-    // Lines that get no response at all: a notification, a stray response, blank lines.
+    // Lines that get no response at all: notifications (even with params MCP would not
+    // send), a stray response, blank lines.
     input.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/whatever\"}\n");
+    input.extend_from_slice(
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":[1]}\n",
+    );
+    input.extend_from_slice(
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/x\",\"params\":\"s\"}\n",
+    );
     input.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":77,\"result\":{}}\n\n   \n");
     input.extend_from_slice(b"\xff\xfe not utf-8\n");
     input.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":99,\"method\":\"ping\"}\n");
