@@ -1728,9 +1728,10 @@ mod tests {
         let server = fake_server(move |request| {
             let id = &request.body["id"];
             let session = request.header("Mcp-Session-Id");
-            let live = format!("s{}", opens.load(Ordering::SeqCst));
-            let known = session == Some(live.as_str())
-                && opens.load(Ordering::SeqCst) > forgets.load(Ordering::SeqCst);
+            // One reading: a renewal landing between two would make s1 look live again.
+            let open = opens.load(Ordering::SeqCst);
+            let live = format!("s{open}");
+            let known = session == Some(live.as_str()) && open > forgets.load(Ordering::SeqCst);
             match (request.method(), request.rpc_method()) {
                 ("GET", _) => Some(empty_reply("405 Method Not Allowed")),
                 ("DELETE", _) => Some(empty_reply("200 OK")),
