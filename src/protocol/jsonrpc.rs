@@ -198,8 +198,15 @@ pub fn classify(value: Value) -> Result<Message, Rejected> {
     let params = object.remove("params").filter(|params| !params.is_null());
     let method = object.remove("method");
     if let (Some(Value::String(method)), None) = (&method, &id) {
-        // A notification is never answered, not even with an error: params it cannot read
-        // (MCP's are objects) are its handler's to ignore.
+        // A notification is never answered: params it cannot read (MCP's are objects) are
+        // its handler's to ignore. Only params that are not structured at all make it no
+        // JSON-RPC message, answered -32600 with a null id as JSON-RPC asks.
+        if params
+            .as_ref()
+            .is_some_and(|p| !p.is_object() && !p.is_array())
+        {
+            return Err(reject(None, "params must be an object or an array"));
+        }
         let method = method.clone();
         return Ok(Message::Notification(Notification { method, params }));
     }
@@ -227,9 +234,13 @@ pub fn classify(value: Value) -> Result<Message, Rejected> {
 }
 
 /// Deserialises a params object into `T`; missing params count as `{}`. Unknown fields are
-/// tolerated (real clients send extra ones).
+/// tolerated (real clients send extra ones). Anything but an object is refused: serde would
+/// also read a struct from an array, by position, which MCP never sends.
 pub fn params<T: DeserializeOwned>(params: Option<Value>) -> Result<T, RpcError> {
     let value = params.unwrap_or_else(|| Value::Object(Map::new()));
+    if !value.is_object() {
+        return Err(RpcError::invalid_params("params must be an object"));
+    }
     serde_json::from_value(value).map_err(RpcError::invalid_params)
 }
 

@@ -567,7 +567,14 @@ fn kind(text: &str) -> Kind {
     // `null` params count as absent, as the server reads them.
     let params = object.get("params").filter(|p| !p.is_null()).cloned();
     if let (Some(Value::String(method)), None) = (object.get("method"), &id) {
-        // Never answered, whatever its params.
+        // Params that are not structured make it no JSON-RPC message at all.
+        if params
+            .as_ref()
+            .is_some_and(|p| !p.is_object() && !p.is_array())
+        {
+            return malformed;
+        }
+        // Otherwise never answered, whatever its params.
         return Kind::Notification {
             method: method.clone(),
             params,
@@ -1442,12 +1449,20 @@ fn cancel() -> BoxedStrategy<Value> {
             1 => request_id_field(),
         ],
         prop::option::of(text()),
+        // By position, as an array: a valid JSON-RPC notification, but not MCP's params,
+        // so it must cancel nothing.
+        prop::bool::weighted(0.2),
     )
-        .prop_map(|(request_id, reason)| {
-            json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": object(vec![
-                ("requestId", Some(request_id)),
-                ("reason", reason.map(Value::String)),
-            ])})
+        .prop_map(|(request_id, reason, positional)| {
+            let params = if positional {
+                json!([request_id, reason])
+            } else {
+                object(vec![
+                    ("requestId", Some(request_id)),
+                    ("reason", reason.map(Value::String)),
+                ])
+            };
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
         })
         .boxed()
 }

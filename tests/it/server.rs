@@ -1419,6 +1419,18 @@ fn notifications_cancelled_stops_a_plain_call_but_never_a_task() {
         "working"
     );
     h.result("tasks/cancel", json!({"taskId": id}));
+    // Params by position are no MCP cancel: the call runs on and is answered.
+    send(
+        &h,
+        json!({"jsonrpc": "2.0", "id": "kept", "method": "tools/call",
+               "params": {"name": "sleep", "arguments": {"ms": 50}}}),
+    );
+    send(
+        &h,
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": ["kept"]}),
+    );
+    let answer = answers.recv_timeout(WAIT).expect("an answer");
+    assert_eq!(answer["id"], "kept", "{answer}");
 }
 
 #[test]
