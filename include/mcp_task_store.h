@@ -362,7 +362,8 @@ mcpts_result mcpts_handle_update_status(const mcpts_handle *handle, const char *
  *
  * Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (wrong shape, unknown field,
  * a `result` that is not an object, an `error` that is not a JSON-RPC error object, a
- * `status` other than `completed` or `failed`), `NOT_FOUND`, `ALREADY_TERMINAL`, `CLOSED`.
+ * `status` other than `completed` or `failed`, `completed` with an `error`), `NOT_FOUND`,
+ * `ALREADY_TERMINAL`, `CLOSED`.
  *
  * Thread safety: any thread, concurrently with other calls on `handle`.
  *

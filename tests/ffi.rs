@@ -462,6 +462,11 @@ fn store_result_refuses_outcomes_mcp_does_not_allow() {
             "string 'message'",
         ),
         (r#"{"result": null, "error": null}"#, "exactly one"),
+        (r#"{"error": [7, "seven"]}"#, "not an array"),
+        (
+            r#"{"error": {"code": 1, "message": "m"}, "status": "completed"}"#,
+            "only be stored with status 'failed'",
+        ),
     ];
     for (outcome, needle) in refused {
         assert_eq!(store(outcome), mcpts_result::InvalidArgument, "{outcome}");

@@ -459,6 +459,11 @@ fn outcome_of(result: Option<Value>, error: Option<Value>) -> Result<(Outcome, T
              not {}",
             json_kind(&result)
         ))),
+        // Only an object: serde would also read the error from an array (`[7, "seven"]`).
+        (None, Some(error)) if !error.is_object() => Err(Error::invalid(format!(
+            "invalid result: 'error' must be a JSON-RPC error object, not {}",
+            json_kind(&error)
+        ))),
         (None, Some(error)) => match serde_json::from_value::<RpcError>(error.clone()) {
             Ok(_) => Ok((Outcome::error(error), TaskStatus::Failed)),
             Err(why) => Err(Error::invalid(format!(
@@ -485,7 +490,8 @@ fn outcome_of(result: Option<Value>, error: Option<Value>) -> Result<(Outcome, T
 ///
 /// Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (wrong shape, unknown field,
 /// a `result` that is not an object, an `error` that is not a JSON-RPC error object, a
-/// `status` other than `completed` or `failed`), `NOT_FOUND`, `ALREADY_TERMINAL`, `CLOSED`.
+/// `status` other than `completed` or `failed`, `completed` with an `error`), `NOT_FOUND`,
+/// `ALREADY_TERMINAL`, `CLOSED`.
 ///
 /// Thread safety: any thread, concurrently with other calls on `handle`.
 ///

@@ -39,8 +39,8 @@ pub trait TaskStore: Send + Sync {
         status: TaskStatus,
         message: Option<String>,
     ) -> Result<Task, StoreError>;
-    /// Ends a live task as `completed` or `failed` with its outcome; on a terminal task
-    /// nothing changes and `AlreadyTerminal` carries it.
+    /// Ends a live task as `completed` or `failed` with its outcome (a JSON-RPC error only
+    /// as `failed`); on a terminal task nothing changes and `AlreadyTerminal` carries it.
     fn store_result(
         &self,
         id: TaskId,

@@ -372,7 +372,8 @@ impl StoreHandle {
         })
     }
 
-    /// Ends a live task as `completed` or `failed` with its outcome; first writer wins.
+    /// Ends a live task as `completed` or `failed` with its outcome (a JSON-RPC error only
+    /// as `failed`, else `InvalidArgument`); first writer wins.
     pub fn store_result(
         &self,
         id: TaskId,

@@ -468,9 +468,10 @@ impl<W> StoreMachine<W> {
         Ok(self.changed(id))
     }
 
-    /// Ends a live task as `completed` or `failed` with its outcome. On a task that is
-    /// already terminal nothing changes and `AlreadyTerminal` carries the task: first
-    /// writer wins, so a late completion never overwrites a cancel.
+    /// Ends a live task as `completed` or `failed` with its outcome (a JSON-RPC error only
+    /// as `failed`: `InvalidArgument` otherwise). On a task that is already terminal
+    /// nothing changes and `AlreadyTerminal` carries the task: first writer wins, so a late
+    /// completion never overwrites a cancel.
     pub fn store_result(
         &mut self,
         now: Now,
@@ -484,6 +485,12 @@ impl<W> StoreMachine<W> {
             return Err(StoreError::InvalidArgument(format!(
                 "a result can only be stored with status 'completed' or 'failed', not '{status}'"
             )));
+        }
+        if status == TaskStatus::Completed && matches!(outcome, Outcome::Error(_)) {
+            // A completed task answers with a result; its error would have nowhere to go.
+            return Err(StoreError::InvalidArgument(
+                "a JSON-RPC error can only be stored with status 'failed'".into(),
+            ));
         }
         self.live(now, id, session)?;
         Ok(self.finish(now, id, status, message, Some(outcome)))

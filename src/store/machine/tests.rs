@@ -2085,3 +2085,27 @@ fn stopping_waits_on_an_unknown_task_or_with_none_parked_changes_nothing() {
     assert!(wakes(&mut m).is_empty());
     assert_eq!(m.stats().waiters, 0);
 }
+
+#[test]
+fn a_json_rpc_error_is_stored_only_with_status_failed() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    let error = Outcome::error(json!({"code": -32000, "message": "boom"}));
+    assert!(matches!(
+        m.store_result(
+            at(1),
+            id(1),
+            None,
+            TaskStatus::Completed,
+            error.clone(),
+            None
+        ),
+        Err(StoreError::InvalidArgument(_))
+    ));
+    assert_eq!(
+        m.get(at(1), id(1), None).unwrap().status,
+        TaskStatus::Working
+    );
+    let failed = m.store_result(at(1), id(1), None, TaskStatus::Failed, error, None);
+    assert_eq!(failed.unwrap().status, TaskStatus::Failed);
+}

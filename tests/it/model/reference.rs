@@ -255,6 +255,9 @@ impl Subject for Model {
         if !matches!(status, TaskStatus::Completed | TaskStatus::Failed) {
             return Err(ErrObs::InvalidArgument);
         }
+        if status == TaskStatus::Completed && matches!(outcome, Outcome::Error(_)) {
+            return Err(ErrObs::InvalidArgument);
+        }
         let idx = self.touch(t, s)?;
         self.already_terminal(idx)?;
         let now = self.now;
