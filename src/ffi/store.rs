@@ -52,10 +52,12 @@ impl mcpts_handle {
 /// What a store shares with all its handles.
 #[derive(Debug)]
 struct Owner {
-    /// The process that created the store. `fork()` copies the store's memory into the
-    /// child but not its owner thread, so in any other process a call would wait forever
-    /// for an answer, and freeing would wait forever for the thread to exit.
+    /// The process that created the store (for the error message).
     pid: u32,
+    /// [`forks::generation`] when the store was created. `fork()` copies the store's
+    /// memory into the child but not its owner thread, so in a forked child a call would
+    /// wait forever for an answer, and freeing would wait forever for the thread to exit.
+    generation: u64,
     /// Set by `mcpts_store_free` before it stops the owner thread.
     freed: AtomicBool,
 }
@@ -65,14 +67,15 @@ impl Owner {
     fn new() -> Owner {
         Owner {
             pid: std::process::id(),
+            generation: forks::generation(),
             freed: AtomicBool::new(false),
         }
     }
 
     /// Whether this is a process other than the store's: a child forked after the store
-    /// was created.
+    /// was created (or a child's child, whatever pid it got).
     fn forked(&self) -> bool {
-        std::process::id() != self.pid
+        forks::generation() != self.generation
     }
 
     /// `Closed` once the store is freed, or at once in a forked child.
@@ -93,6 +96,51 @@ impl Owner {
             return Err(StoreError::Closed.into());
         }
         Ok(())
+    }
+}
+
+/// Counting forks, to tell a forked child from the process that created a store.
+///
+/// A process id alone misleads after pid reuse: a double-forking daemon's grandchild can
+/// get the pid of the long-gone creator, and would then wait on a thread that is not there.
+/// A counter that every fork's child increments cannot repeat.
+mod forks {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+    /// How many forks separate this process from the first that asked (0 there).
+    #[cfg(unix)]
+    pub(super) fn generation() -> u64 {
+        static WATCH: std::sync::Once = std::sync::Once::new();
+        // Before any store exists (stores call this when created), so every fork that can
+        // copy a store is counted.
+        WATCH.call_once(|| {
+            extern "C" {
+                fn pthread_atfork(
+                    prepare: Option<unsafe extern "C" fn()>,
+                    parent: Option<unsafe extern "C" fn()>,
+                    child: Option<unsafe extern "C" fn()>,
+                ) -> std::ffi::c_int;
+            }
+            unsafe extern "C" fn in_child() {
+                // Runs in the child right after fork(): an atomic add is safe there.
+                GENERATION.fetch_add(1, Ordering::Relaxed);
+            }
+            // SAFETY: registers a handler that only touches an atomic; the C library
+            // keeps the pointer for the life of the process, and the function is static.
+            let failed = unsafe { pthread_atfork(None, None, Some(in_child)) } != 0;
+            if failed {
+                log::error!("cannot watch for fork(): a forked child's calls may hang");
+            }
+        });
+        GENERATION.load(Ordering::Relaxed)
+    }
+
+    /// No `fork()` outside Unix.
+    #[cfg(not(unix))]
+    pub(super) fn generation() -> u64 {
+        GENERATION.load(Ordering::Relaxed)
     }
 }
 
