@@ -361,8 +361,10 @@ struct Follow<'o, 'a> {
 }
 
 impl Follow<'_, '_> {
+    /// When the deadline passes; `None` without one, or for one too far off to name
+    /// (`Duration::MAX`, say), which is no deadline in practice.
     fn deadline_at(&self) -> Option<Instant> {
-        self.deadline.map(|d| self.started + d)
+        self.deadline.and_then(|d| self.started.checked_add(d))
     }
 
     fn report(&mut self, task: &TaskInfo) {

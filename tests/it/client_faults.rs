@@ -405,3 +405,29 @@ fn a_held_tasks_result_that_never_comes_after_the_task_ended_times_out() {
         "{error}"
     );
 }
+
+#[test]
+fn a_deadline_too_far_off_to_reach_is_no_deadline() {
+    for per_call in [false, true] {
+        let (stream, _) = scripted(|method, _| match method {
+            "server/discover" => discovered(),
+            "tools/call" => Act::Answer(json!({
+                "resultType": "task", "taskId": "t1", "status": "working", "pollIntervalMs": 10
+            })),
+            "tasks/get" => Act::Answer(json!({
+                "taskId": "t1", "status": "completed", "result": {"content": []}
+            })),
+            _ => Act::Ignore,
+        });
+        let mut builder = Client::builder().revision(Revision::Sep2663);
+        let mut options = mcp_task_store::client::CallOptions::new();
+        if per_call {
+            options = options.deadline(Duration::MAX);
+        } else {
+            builder = builder.deadline(Duration::MAX);
+        }
+        let client = connect(builder, stream).unwrap();
+        let result = client.call_tool_with("work", json!({}), options).unwrap();
+        assert_eq!(result, json!({"content": []}), "per call: {per_call}");
+    }
+}
