@@ -19,7 +19,9 @@ use crate::protocol::RpcError;
 #[non_exhaustive]
 pub enum ClientError {
     /// Reading from or writing to the server failed (spawning it, a refused TCP
-    /// connection, a broken pipe that was not yet seen as a close).
+    /// connection, a broken pipe that was not yet seen as a close), or one HTTP exchange
+    /// ended without its answer (an event stream the server closed early) while the
+    /// client's connection goes on.
     Io(std::io::Error),
     /// The server closed the connection or died: its output ended, so every request still
     /// waiting for an answer fails with this, and so does every later request.
@@ -68,6 +70,9 @@ pub enum ClientError {
         task_id: String,
         /// The consecutive polls that brought nothing new.
         polls: u32,
+        /// Whether the server accepted the `tasks/cancel` (false: it refused it, did not
+        /// answer in time, or the connection is gone).
+        cancelled: bool,
     },
     /// The call's overall deadline passed; a task it had started was sent a best-effort
     /// `tasks/cancel`.
@@ -76,6 +81,25 @@ pub enum ClientError {
         task_id: Option<String>,
         /// The deadline that passed, counted from the start of the call.
         after: Duration,
+        /// Whether the server accepted the `tasks/cancel` (always false without a task).
+        cancelled: bool,
+    },
+    /// The client gave up following a task whose polls (or, on SEP-2663, the
+    /// `tasks/update`s answering its input requests) kept failing while the connection
+    /// stayed open: a timeout, a malformed answer, an HTTP error, a JSON-RPC error other
+    /// than the server forgetting the task. Such failures are tried again, at the task's
+    /// polling interval, a few times in a row before this. The task was sent a best-effort
+    /// `tasks/cancel`.
+    ///
+    /// [`is_transport`](ClientError::is_transport) and
+    /// [`rpc_error`](ClientError::rpc_error) look through it to the last failure.
+    TaskAbandoned {
+        /// The task given up on.
+        task_id: String,
+        /// Whether the server accepted the `tasks/cancel`.
+        cancelled: bool,
+        /// The last failure.
+        error: Box<ClientError>,
     },
     /// A server input request could not be answered: no handler is registered for its
     /// method, or the handler failed (SEP-2663, where an answer cannot be an error). The
@@ -104,15 +128,33 @@ pub enum ClientError {
 impl ClientError {
     /// True for the transport failures: [`Io`](Self::Io), [`Closed`](Self::Closed),
     /// [`Http`](Self::Http), [`Protocol`](Self::Protocol) and [`Timeout`](Self::Timeout).
+    /// For [`TaskAbandoned`](Self::TaskAbandoned), whether the failure behind it was one.
     pub fn is_transport(&self) -> bool {
-        matches!(
-            self,
-            ClientError::Io(_)
-                | ClientError::Closed { .. }
-                | ClientError::Http { .. }
-                | ClientError::Protocol(_)
-                | ClientError::Timeout { .. }
-        )
+        match self {
+            ClientError::TaskAbandoned { error, .. } => error.is_transport(),
+            _ => matches!(
+                self,
+                ClientError::Io(_)
+                    | ClientError::Closed { .. }
+                    | ClientError::Http { .. }
+                    | ClientError::Protocol(_)
+                    | ClientError::Timeout { .. }
+            ),
+        }
+    }
+
+    /// The task this error is about, if it names one.
+    pub fn task_id(&self) -> Option<&str> {
+        match self {
+            ClientError::TaskFailed { task, .. } | ClientError::TaskCancelled { task } => {
+                Some(&task.task_id)
+            }
+            ClientError::TaskExpired { task_id }
+            | ClientError::Stuck { task_id, .. }
+            | ClientError::TaskAbandoned { task_id, .. } => Some(task_id),
+            ClientError::Deadline { task_id, .. } => task_id.as_deref(),
+            _ => None,
+        }
     }
 
     /// The JSON-RPC error behind this error, if there is one (the server's answer, or the
@@ -121,6 +163,7 @@ impl ClientError {
         match self {
             ClientError::Rpc(error) | ClientError::Input { error, .. } => Some(error),
             ClientError::TaskFailed { error, .. } => error.as_ref(),
+            ClientError::TaskAbandoned { error, .. } => error.rpc_error(),
             _ => None,
         }
     }
@@ -172,17 +215,39 @@ impl fmt::Display for ClientError {
             ClientError::TaskExpired { task_id } => {
                 write!(f, "task {task_id} expired: the server no longer knows it")
             }
-            ClientError::Stuck { task_id, polls } => write!(
-                f,
-                "task {task_id} is stuck: input_required for {polls} polls without a new input \
-                 request; it was cancelled"
-            ),
-            ClientError::Deadline { task_id, after } => {
+            ClientError::Stuck {
+                task_id,
+                polls,
+                cancelled,
+            } => {
+                write!(
+                    f,
+                    "task {task_id} is stuck: input_required for {polls} polls without a new \
+                     input request; it"
+                )?;
+                cancel_outcome(f, *cancelled)
+            }
+            ClientError::Deadline {
+                task_id,
+                after,
+                cancelled,
+            } => {
                 write!(f, "the call's deadline of {after:?} passed")?;
                 match task_id {
-                    Some(id) => write!(f, "; task {id} was cancelled"),
+                    Some(id) => {
+                        write!(f, "; task {id}")?;
+                        cancel_outcome(f, *cancelled)
+                    }
                     None => Ok(()),
                 }
+            }
+            ClientError::TaskAbandoned {
+                task_id,
+                cancelled,
+                error,
+            } => {
+                write!(f, "gave up following task {task_id} ({error}); it")?;
+                cancel_outcome(f, *cancelled)
             }
             ClientError::Input { key, error } => {
                 write!(f, "input request '{key}' could not be answered: {error}")
@@ -195,11 +260,22 @@ impl fmt::Display for ClientError {
     }
 }
 
+/// How a followed task's best-effort `tasks/cancel` went, as the end of a sentence about
+/// the task: only a cancel the server accepted may be called one.
+fn cancel_outcome(f: &mut fmt::Formatter<'_>, cancelled: bool) -> fmt::Result {
+    if cancelled {
+        write!(f, " was cancelled")
+    } else {
+        write!(f, " was sent a tasks/cancel that the server did not accept")
+    }
+}
+
 impl std::error::Error for ClientError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ClientError::Io(error) => Some(error),
             ClientError::Rpc(error) => Some(error),
+            ClientError::TaskAbandoned { error, .. } => Some(error.as_ref()),
             _ => None,
         }
     }

@@ -69,6 +69,11 @@ pub const DEFAULT_STUCK_POLLS: u32 = 60;
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a best-effort `tasks/cancel` may take before the client gives up on its answer.
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
+/// Failed polls of a followed task in a row (or failed SEP-2663 `tasks/update`s in a row),
+/// the connection staying open, after which the client gives up on the task
+/// ([`ClientError::TaskAbandoned`]). Each is tried again at the task's polling interval: a
+/// poll that timed out, a proxy's 502 or a garbled answer may well pass.
+const MAX_FOLLOW_FAILURES: u32 = 3;
 /// The shortest polling interval the client accepts from a server.
 const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// The longest polling interval the client accepts from a server unless configured
@@ -377,10 +382,26 @@ impl Follow<'_, '_> {
         }
     }
 
-    fn deadline_error(&self, task_id: Option<&str>) -> ClientError {
+    /// [`ClientError::Deadline`]; `cancelled` as the task's `tasks/cancel` went.
+    fn deadline_error(&self, task_id: Option<&str>, cancelled: bool) -> ClientError {
         ClientError::Deadline {
             task_id: task_id.map(str::to_owned),
             after: self.deadline.unwrap_or_default(),
+            cancelled,
+        }
+    }
+
+    /// When to poll next: `interval` from now, but not past the deadline.
+    fn wake(&self, interval: Duration) -> Instant {
+        let now = Instant::now();
+        // An interval too long to add to the clock is capped (`max_poll_interval` may be
+        // set that high).
+        let wake = now
+            .checked_add(interval)
+            .unwrap_or(now + DEFAULT_MAX_POLL_INTERVAL);
+        match self.deadline_at() {
+            Some(deadline) => wake.min(deadline),
+            None => wake,
         }
     }
 }
@@ -713,7 +734,7 @@ impl Client {
         // whatever its tools say: the call goes plain (and needs no `tools/list`).
         if self.revision() == Revision::V2025 && self.server_takes_tool_tasks() {
             match self.task_support_until(name, follow.deadline_at())? {
-                None => return Err(follow.deadline_error(None)),
+                None => return Err(follow.deadline_error(None, false)),
                 Some(TaskSupport::Forbidden) => {}
                 Some(_) => call = call.as_task(options.task_ttl),
             }
@@ -742,7 +763,7 @@ impl Client {
                     call.input_responses = Some(responses);
                     call.request_state = request_state;
                 }
-                None => return Err(follow.deadline_error(None)),
+                None => return Err(follow.deadline_error(None, false)),
             }
         }
     }
@@ -830,40 +851,132 @@ impl Client {
             .min(config.max_poll_interval)
     }
 
-    /// `tasks/get` for a followed task, within the request timeout and the call's deadline
-    /// (past which the task is abandoned); an id the server forgot is
-    /// [`ClientError::TaskExpired`].
-    fn poll_task(&self, task_id: &str, follow: &Follow<'_, '_>) -> Result<PolledTask, ClientError> {
+    /// `tasks/get` for a followed task, within the request timeout and the call's
+    /// deadline.
+    fn poll_task(&self, task_id: &str, follow: &Follow<'_, '_>) -> Result<PolledTask, Failure> {
         match self.ask(
             "tasks/get",
             json!({ "taskId": task_id }),
             follow.deadline_at(),
         ) {
-            Ok(Some(value)) => PolledTask::from_value(&value),
-            Ok(None) => Err(self.abandon(task_id, follow.deadline_error(Some(task_id)))),
-            Err(error) => Err(vanished(task_id, error)),
+            Ok(Some(value)) => PolledTask::from_value(&value).map_err(Failure::Passing),
+            Ok(None) => Err(Failure::Deadline),
+            Err(error) => Err(self.sort_failure(task_id, error)),
         }
     }
 
-    /// Gives up on a task: a best-effort cancel, then `error`.
-    fn abandon(&self, task_id: &str, error: ClientError) -> ClientError {
-        if let Ok(call) = self.start("tasks/cancel", json!({ "taskId": task_id })) {
-            let _ = self.wait(call, Some(Instant::now() + CANCEL_WAIT));
+    /// Whether a failed request about a followed task ends following it: -32602 means the
+    /// server forgot the task ([`ClientError::TaskExpired`]), and a closed connection
+    /// answers nothing any more; anything else may pass.
+    fn sort_failure(&self, task_id: &str, error: ClientError) -> Failure {
+        match error {
+            ClientError::Rpc(e) if e.code == INVALID_PARAMS => {
+                Failure::Over(ClientError::TaskExpired {
+                    task_id: task_id.to_owned(),
+                })
+            }
+            error if self.inner.shared.closed_reason().is_some() => Failure::Over(error),
+            error => Failure::Passing(error),
         }
-        error
     }
 
-    /// Counts consecutive `input_required` polls that brought nothing new.
-    fn stuck_check(&self, stale: &mut u32, task_id: &str) -> Result<(), ClientError> {
-        *stale += 1;
-        if *stale >= self.inner.config.stuck_polls {
-            let error = ClientError::Stuck {
+    /// How a followed call goes on after a failed poll (or update) of its task: `None`
+    /// to try again at the next poll, while fewer than [`MAX_FOLLOW_FAILURES`] passing
+    /// failures came in a row (counted in `failures`); else how the call ends.
+    fn after_failure(
+        &self,
+        failure: Failure,
+        failures: &mut u32,
+        task_id: &str,
+        follow: &Follow<'_, '_>,
+    ) -> Option<Result<Value, ClientError>> {
+        let error = match failure {
+            Failure::Deadline => return Some(self.deadline_passed(task_id, follow)),
+            Failure::Over(error) => return Some(Err(error)),
+            Failure::Passing(error) => error,
+        };
+        *failures += 1;
+        if *failures < MAX_FOLLOW_FAILURES {
+            log::info!("mcp client: following task {task_id}: {error}; trying again");
+            return None;
+        }
+        Some(
+            self.abandon(task_id, |cancelled| ClientError::TaskAbandoned {
                 task_id: task_id.to_owned(),
-                polls: *stale,
-            };
-            return Err(self.abandon(task_id, error));
+                cancelled,
+                error: Box::new(error),
+            }),
+        )
+    }
+
+    /// The call's deadline passed: the task is abandoned.
+    fn deadline_passed(
+        &self,
+        task_id: &str,
+        follow: &Follow<'_, '_>,
+    ) -> Result<Value, ClientError> {
+        self.abandon(task_id, |cancelled| {
+            follow.deadline_error(Some(task_id), cancelled)
+        })
+    }
+
+    /// Gives up on a task: a best-effort `tasks/cancel`, then `error(cancelled)`, where
+    /// `cancelled` says whether the server accepted the cancel. A server that refuses it
+    /// may do so because the task already ended: one more look then tells how, and the
+    /// call ends as the task did (with a completed task's result, after all).
+    fn abandon(
+        &self,
+        task_id: &str,
+        error: impl FnOnce(bool) -> ClientError,
+    ) -> Result<Value, ClientError> {
+        let Ok(call) = self.start("tasks/cancel", json!({ "taskId": task_id })) else {
+            return Err(error(false));
+        };
+        match self.wait(call, Some(Instant::now() + CANCEL_WAIT)) {
+            Ok(_) => Err(error(true)),
+            Err(Some(ClientError::Rpc(_))) => self
+                .ended_meanwhile(task_id)
+                .unwrap_or_else(|| Err(error(false))),
+            Err(_) => Err(error(false)),
         }
-        Ok(())
+    }
+
+    /// How a task the server would not cancel ended, if a last look (bounded by
+    /// [`CANCEL_WAIT`]) finds it ended; `None` if it did not, or the look failed.
+    fn ended_meanwhile(&self, task_id: &str) -> Option<Result<Value, ClientError>> {
+        let within = Some(Instant::now() + CANCEL_WAIT);
+        let params = json!({ "taskId": task_id });
+        let polled = self.ask("tasks/get", params.clone(), within).ok()??;
+        let polled = PolledTask::from_value(&polled).ok()?;
+        match (self.revision(), polled.task.status) {
+            (_, status) if !status.is_terminal() => None,
+            (Revision::Sep2663, _) => settle_sep2663(polled),
+            (Revision::V2025, TaskStatus::Cancelled) => {
+                Some(settle_2025(polled.task, Ok(json!({}))))
+            }
+            (Revision::V2025, status) => match self.ask("tasks/result", params, within) {
+                Ok(Some(value)) => Some(settle_2025(polled.task, Ok(value))),
+                Err(error @ ClientError::Rpc(_)) if status == TaskStatus::Failed => {
+                    Some(settle_2025(polled.task, Err(error)))
+                }
+                _ => None,
+            },
+        }
+    }
+
+    /// Counts consecutive `input_required` polls that brought nothing new: `None` while
+    /// that may change, else how the call ends, the task abandoned as stuck.
+    fn stuck_check(&self, stale: &mut u32, task_id: &str) -> Option<Result<Value, ClientError>> {
+        *stale += 1;
+        if *stale < self.inner.config.stuck_polls {
+            return None;
+        }
+        let polls = *stale;
+        Some(self.abandon(task_id, |cancelled| ClientError::Stuck {
+            task_id: task_id.to_owned(),
+            polls,
+            cancelled,
+        }))
     }
 
     /// 2025-11-25: hold `tasks/result` open (the server's input requests ride on it, or on
@@ -871,56 +984,111 @@ impl Client {
     /// `tasks/get` for status, the stuck detector and the deadline.
     fn follow_2025(
         &self,
-        mut task: TaskInfo,
+        task: TaskInfo,
         follow: &mut Follow<'_, '_>,
     ) -> Result<Value, ClientError> {
+        let mut held = None;
+        let outcome = self.follow_2025_holding(task, follow, &mut held);
+        // However the call ended, nobody waits for a `tasks/result` still held.
+        if let Some(call) = held {
+            self.inner.shared.forget(&call.id);
+        }
+        outcome
+    }
+
+    /// [`follow_2025`](Self::follow_2025), with the `tasks/result` it holds (if any) in
+    /// `held`.
+    fn follow_2025_holding(
+        &self,
+        mut task: TaskInfo,
+        follow: &mut Follow<'_, '_>,
+        held: &mut Option<InFlight>,
+    ) -> Result<Value, ClientError> {
         let id = task.task_id.clone();
-        let result = self.start("tasks/result", json!({ "taskId": id }))?;
+        let params = json!({ "taskId": id });
+        *held = Some(self.start("tasks/result", params.clone())?);
         let mut seen = self.inner.shared.task_inputs(&id).seen;
         let mut stale = 0;
         let mut interval = None;
+        let mut failures = 0;
         loop {
-            let mut wake = Instant::now() + self.interval(&task, &mut interval);
-            if let Some(deadline) = follow.deadline_at() {
-                wake = wake.min(deadline);
-            }
-            match result.pending.recv_deadline(wake) {
-                Ok(outcome) => return self.finish_2025(task, outcome, follow),
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Err(self.gone()),
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            let wake = follow.wake(self.interval(&task, &mut interval));
+            if let Some(call) = held.as_ref() {
+                match call.pending.recv_deadline(wake) {
+                    Ok(Ok(value)) => {
+                        *held = None;
+                        return self.finish_2025(task, value, follow);
+                    }
+                    Ok(Err(error)) => {
+                        *held = None;
+                        if self.inner.shared.closed_reason().is_some() {
+                            return Err(error);
+                        }
+                        // It ended before a poll saw the task end: the task failed with
+                        // this error, or the answer's stream or connection broke off (an
+                        // HTTP server may end a resumable stream early; a proxy may cut
+                        // it) while the task works on. The poll tells which; it waits
+                        // for the interval, so a server that keeps ending `tasks/result`
+                        // at once is not asked again at once.
+                        log::info!("mcp client: tasks/result for task {id} ended early: {error}");
+                        sleep_until(wake);
+                    }
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                        return Err(self.gone())
+                    }
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                }
+            } else {
+                sleep_until(wake);
             }
             if follow.deadline_at().is_some_and(|d| Instant::now() >= d) {
-                self.inner.shared.forget(&result.id);
-                return Err(self.abandon(&id, follow.deadline_error(Some(&id))));
+                return self.deadline_passed(&id, follow);
             }
             let polled = match self.poll_task(&id, follow) {
                 Ok(polled) => polled,
-                Err(error) => {
-                    self.inner.shared.forget(&result.id);
-                    return Err(error);
-                }
+                Err(failure) => match self.after_failure(failure, &mut failures, &id, follow) {
+                    Some(end) => return end,
+                    None => continue,
+                },
             };
+            failures = 0;
             task = polled.task;
             follow.polls += 1;
             follow.report(&task);
             if task.status.is_terminal() {
                 // The held tasks/result answers now: wait for it, but no longer than a
-                // request may take (and not past the deadline).
-                let outcome = match self.wait_within(result, "tasks/result", follow.deadline_at()) {
+                // request may take (and not past the deadline). If it ended early, a new
+                // one answers at once for an ended task.
+                let outcome = match held.take() {
+                    Some(call) => self.wait_within(call, "tasks/result", follow.deadline_at()),
+                    None => self.ask("tasks/result", params, follow.deadline_at()),
+                };
+                let outcome = match outcome {
                     Ok(Some(value)) => Ok(value),
-                    Ok(None) => return Err(self.abandon(&id, follow.deadline_error(Some(&id)))),
+                    Ok(None) => return self.deadline_passed(&id, follow),
                     Err(error) => Err(error),
                 };
-                return self.finish_2025(task, outcome, follow);
+                return settle_2025(task, outcome);
+            }
+            if held.is_none() {
+                // The task works on: hold a new tasks/result (the server's requests for
+                // the task may ride on it).
+                match self.start("tasks/result", params.clone()) {
+                    Ok(call) => *held = Some(call),
+                    Err(error) if self.inner.shared.closed_reason().is_some() => return Err(error),
+                    Err(error) => log::info!(
+                        "mcp client: cannot send tasks/result for task {id} again: {error}; \
+                         trying at the next poll"
+                    ),
+                }
             }
             let inputs = self.inner.shared.task_inputs(&id);
             if task.status == TaskStatus::InputRequired
                 && inputs.in_flight == 0
                 && inputs.seen == seen
             {
-                if let Err(error) = self.stuck_check(&mut stale, &id) {
-                    self.inner.shared.forget(&result.id);
-                    return Err(error);
+                if let Some(end) = self.stuck_check(&mut stale, &id) {
+                    return end;
                 }
             } else {
                 stale = 0;
@@ -933,35 +1101,25 @@ impl Client {
     fn finish_2025(
         &self,
         task: TaskInfo,
-        outcome: Result<Value, ClientError>,
+        result: Value,
         follow: &mut Follow<'_, '_>,
     ) -> Result<Value, ClientError> {
-        let id = task.task_id.clone();
         let task = if task.status.is_terminal() {
             task
         } else {
-            // tasks/result answered before a poll saw the end: one last poll for the status.
-            let task = self.poll_task(&id, follow)?.task;
-            follow.polls += 1;
-            follow.report(&task);
-            task
+            // tasks/result answered before a poll saw the end: one last poll for the
+            // status. The result is in hand: a poll that fails (the task expired just
+            // now, say) must not lose it.
+            match self.poll_task(&task.task_id, follow) {
+                Ok(polled) => {
+                    follow.polls += 1;
+                    follow.report(&polled.task);
+                    polled.task
+                }
+                Err(_) => return Ok(result),
+            }
         };
-        match (task.status, outcome) {
-            (TaskStatus::Cancelled, _) => Err(ClientError::TaskCancelled {
-                task: Box::new(task),
-            }),
-            (TaskStatus::Failed, Ok(result)) => Err(ClientError::TaskFailed {
-                task: Box::new(task),
-                result: Some(result),
-                error: None,
-            }),
-            (TaskStatus::Failed, Err(ClientError::Rpc(error))) => Err(ClientError::TaskFailed {
-                task: Box::new(task),
-                result: None,
-                error: Some(error),
-            }),
-            (_, outcome) => outcome,
-        }
+        settle_2025(task, Ok(result))
     }
 
     /// SEP-2663: poll `tasks/get`; answer new `inputRequests` keys with `tasks/update`.
@@ -972,68 +1130,74 @@ impl Client {
     ) -> Result<Value, ClientError> {
         let id = task.task_id.clone();
         let mut answered: HashSet<String> = HashSet::new();
+        // Answers whose tasks/update failed: sent again while the task still asks for
+        // them (a server ignores keys it no longer expects, so a repeat is harmless).
+        let mut unsent = InputResponses::new();
         let mut stale = 0;
         let mut interval = None;
+        let mut poll_failures = 0;
+        let mut update_failures = 0;
         loop {
-            let mut wake = Instant::now() + self.interval(&task, &mut interval);
-            if let Some(deadline) = follow.deadline_at() {
-                if Instant::now() >= deadline {
-                    return Err(self.abandon(&id, follow.deadline_error(Some(&id))));
-                }
-                wake = wake.min(deadline);
+            if follow.deadline_at().is_some_and(|d| Instant::now() >= d) {
+                return self.deadline_passed(&id, follow);
             }
-            std::thread::sleep(wake.saturating_duration_since(Instant::now()));
-            let polled = self.poll_task(&id, follow)?;
+            sleep_until(follow.wake(self.interval(&task, &mut interval)));
+            let polled = match self.poll_task(&id, follow) {
+                Ok(polled) => polled,
+                Err(failure) => {
+                    match self.after_failure(failure, &mut poll_failures, &id, follow) {
+                        Some(end) => return end,
+                        None => continue,
+                    }
+                }
+            };
+            poll_failures = 0;
             task = polled.task.clone();
             follow.polls += 1;
             follow.report(&task);
-            match task.status {
-                TaskStatus::Completed => {
-                    return polled.result.ok_or_else(|| {
-                        ClientError::Protocol(format!("task {id} completed without a result"))
-                    })
+            if task.status != TaskStatus::InputRequired {
+                if let Some(end) = settle_sep2663(polled) {
+                    return end;
                 }
-                TaskStatus::Failed => {
-                    return Err(ClientError::TaskFailed {
-                        task: Box::new(task),
-                        result: polled.result,
-                        error: polled.error,
-                    })
+                // Working: whatever was sent last has arrived.
+                stale = 0;
+                unsent.clear();
+                continue;
+            }
+            // An answer the server no longer asks for has arrived.
+            unsent.retain(|key, _| polled.input_requests.contains_key(key));
+            let fresh: Vec<(&String, &Value)> = polled
+                .input_requests
+                .iter()
+                .filter(|(key, _)| !answered.contains(*key))
+                .collect();
+            if fresh.is_empty() && unsent.is_empty() {
+                if let Some(end) = self.stuck_check(&mut stale, &id) {
+                    return end;
                 }
-                TaskStatus::Cancelled => {
-                    return Err(ClientError::TaskCancelled {
-                        task: Box::new(task),
-                    })
+                continue;
+            }
+            stale = 0;
+            for (key, request) in fresh {
+                let answer = match self.answer_input(key, request, Some(&id)) {
+                    Ok(answer) => answer,
+                    Err(error) => return self.abandon(&id, |_| error),
+                };
+                answered.insert(key.clone());
+                unsent.insert(key.clone(), answer);
+            }
+            let update = json!({ "taskId": id, "inputResponses": unsent });
+            let failure = match self.ask("tasks/update", update, follow.deadline_at()) {
+                Ok(Some(_)) => {
+                    update_failures = 0;
+                    unsent.clear();
+                    continue;
                 }
-                TaskStatus::Working => stale = 0,
-                TaskStatus::InputRequired => {
-                    let fresh: Vec<(&String, &Value)> = polled
-                        .input_requests
-                        .iter()
-                        .filter(|(key, _)| !answered.contains(*key))
-                        .collect();
-                    if fresh.is_empty() {
-                        self.stuck_check(&mut stale, &id)?;
-                        continue;
-                    }
-                    stale = 0;
-                    let mut responses = InputResponses::new();
-                    for (key, request) in fresh {
-                        let answer = match self.answer_input(key, request, Some(&id)) {
-                            Ok(answer) => answer,
-                            Err(error) => return Err(self.abandon(&id, error)),
-                        };
-                        answered.insert(key.clone());
-                        responses.insert(key.clone(), answer);
-                    }
-                    let update = json!({ "taskId": id, "inputResponses": responses });
-                    if self
-                        .ask("tasks/update", update, follow.deadline_at())?
-                        .is_none()
-                    {
-                        return Err(self.abandon(&id, follow.deadline_error(Some(&id))));
-                    }
-                }
+                Ok(None) => Failure::Deadline,
+                Err(error) => self.sort_failure(&id, error),
+            };
+            if let Some(end) = self.after_failure(failure, &mut update_failures, &id, follow) {
+                return end;
             }
         }
     }
@@ -1137,12 +1301,58 @@ impl Client {
     }
 }
 
-/// A task that can no longer be read: -32602 means the server forgot it (expired).
-fn vanished(task_id: &str, error: ClientError) -> ClientError {
-    match error {
-        ClientError::Rpc(e) if e.code == INVALID_PARAMS => ClientError::TaskExpired {
-            task_id: task_id.to_owned(),
-        },
-        other => other,
+/// Why a poll (or update) of a followed task brought no answer.
+enum Failure {
+    /// The call's deadline passed first.
+    Deadline,
+    /// Following the task is over: the server forgot it, or the connection is closed.
+    Over(ClientError),
+    /// Perhaps passing (a timeout, a malformed answer, an HTTP error, another JSON-RPC
+    /// error): worth trying again.
+    Passing(ClientError),
+}
+
+/// Sleeps until `wake` (at once if it passed).
+fn sleep_until(wake: Instant) {
+    std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+}
+
+/// The outcome of a 2025-11-25 call whose task ended `task.status`, given its
+/// `tasks/result` answer: a `failed` task's result (`isError`) or JSON-RPC error becomes
+/// [`ClientError::TaskFailed`].
+fn settle_2025(task: TaskInfo, outcome: Result<Value, ClientError>) -> Result<Value, ClientError> {
+    match (task.status, outcome) {
+        (TaskStatus::Cancelled, _) => Err(ClientError::TaskCancelled {
+            task: Box::new(task),
+        }),
+        (TaskStatus::Failed, Ok(result)) => Err(ClientError::TaskFailed {
+            task: Box::new(task),
+            result: Some(result),
+            error: None,
+        }),
+        (TaskStatus::Failed, Err(ClientError::Rpc(error))) => Err(ClientError::TaskFailed {
+            task: Box::new(task),
+            result: None,
+            error: Some(error),
+        }),
+        (_, outcome) => outcome,
     }
+}
+
+/// The outcome of a SEP-2663 call whose task ended, from the poll that saw the end;
+/// `None` while the task has not ended.
+fn settle_sep2663(polled: PolledTask) -> Option<Result<Value, ClientError>> {
+    let task = Box::new(polled.task);
+    Some(match task.status {
+        TaskStatus::Completed => polled.result.ok_or_else(|| {
+            ClientError::Protocol(format!("task {} completed without a result", task.task_id))
+        }),
+        TaskStatus::Failed => Err(ClientError::TaskFailed {
+            task,
+            result: polled.result,
+            error: polled.error,
+        }),
+        TaskStatus::Cancelled => Err(ClientError::TaskCancelled { task }),
+        TaskStatus::Working | TaskStatus::InputRequired => return None,
+    })
 }

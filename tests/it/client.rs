@@ -570,8 +570,13 @@ fn client_stuck_detector_cancels_a_task_that_never_leaves_input_required() {
             .unwrap();
         let error = client.call_tool("hang", json!({})).unwrap_err();
         match &error {
-            ClientError::Stuck { task_id, polls } => {
-                assert_eq!((task_id.as_str(), *polls), ("stuck-1", 5), "{revision:?}")
+            ClientError::Stuck {
+                task_id,
+                polls,
+                cancelled,
+            } => {
+                assert_eq!((task_id.as_str(), *polls), ("stuck-1", 5), "{revision:?}");
+                assert!(*cancelled, "{revision:?}: the server accepted the cancel");
             }
             other => panic!("{revision:?}: {other:?}"),
         }

@@ -17,6 +17,8 @@ enum Act {
     Ignore,
     /// Sends these messages first (server requests, say), then the answer.
     SendThenAnswer(Vec<Value>, Value),
+    /// Answers with a JSON-RPC error of this code.
+    Fail(i64),
 }
 
 /// The methods of every request, and `response <id> <message>` for every response, the
@@ -49,15 +51,23 @@ fn scripted_into(
             let Some(id) = message.get("id") else {
                 continue;
             };
-            let (before, result) = match act(method, &message["params"]) {
+            let (before, outcome) = match act(method, &message["params"]) {
                 Act::Ignore => continue,
-                Act::Answer(result) => (Vec::new(), result),
-                Act::SendThenAnswer(before, result) => (before, result),
+                Act::Answer(result) => (Vec::new(), json!({ "result": result })),
+                Act::SendThenAnswer(before, result) => (before, json!({ "result": result })),
+                Act::Fail(code) => (
+                    Vec::new(),
+                    json!({"error": {"code": code, "message": format!("scripted {code}")}}),
+                ),
             };
             for message in before {
                 writeln!(out, "{message}").unwrap();
             }
-            let reply = json!({"jsonrpc": "2.0", "id": id, "result": result});
+            let mut reply = json!({"jsonrpc": "2.0", "id": id});
+            reply
+                .as_object_mut()
+                .unwrap()
+                .extend(outcome.as_object().unwrap().clone());
             if writeln!(out, "{reply}").is_err() {
                 return;
             }
@@ -430,4 +440,244 @@ fn a_deadline_too_far_off_to_reach_is_no_deadline() {
         let result = client.call_tool_with("work", json!({}), options).unwrap();
         assert_eq!(result, json!({"content": []}), "per call: {per_call}");
     }
+}
+
+/// The count of `method` in `log`.
+fn count(log: &Log, method: &str) -> usize {
+    log.lock().unwrap().iter().filter(|m| *m == method).count()
+}
+
+fn done() -> Value {
+    json!({"content": [{"type": "text", "text": "done"}], "isError": false})
+}
+
+/// A SEP-2663 `tools/call` answer: task t1, working.
+fn sep_task() -> Act {
+    Act::Answer(json!({
+        "resultType": "task", "taskId": "t1", "status": "working", "pollIntervalMs": 20
+    }))
+}
+
+#[test]
+fn a_tasks_result_that_ends_early_while_the_task_works_is_held_again() {
+    let (mut results, mut polls) = (0, 0);
+    let (stream, log) = scripted(move |method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        "tools/list" => tool_list("required"),
+        "tools/call" => Act::Answer(json!({"task": task("working")})),
+        // The first breaks off while the task works (a proxy reset it, say).
+        "tasks/result" => {
+            results += 1;
+            if results == 1 {
+                Act::Fail(-32603)
+            } else {
+                Act::Answer(done())
+            }
+        }
+        "tasks/get" => {
+            polls += 1;
+            Act::Answer(task(if polls == 1 { "working" } else { "completed" }))
+        }
+        "tasks/cancel" => Act::Answer(task("cancelled")),
+        _ => Act::Ignore,
+    });
+    let client = connect(Client::builder(), stream).unwrap();
+    let result = within(Duration::from_secs(10), move || {
+        client.call_tool("work", json!({}))
+    });
+    assert_eq!(result.unwrap(), done());
+    assert_eq!(count(&log, "tasks/result"), 2, "{:?}", methods(&log));
+    assert_eq!(count(&log, "tasks/cancel"), 0, "{:?}", methods(&log));
+}
+
+#[test]
+fn a_tasks_result_that_keeps_ending_early_is_polled_at_the_interval_until_the_deadline() {
+    let (stream, log) = scripted(|method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        "tools/list" => tool_list("required"),
+        "tools/call" => Act::Answer(json!({"task": task("working")})),
+        "tasks/result" => Act::Fail(-32603),
+        "tasks/get" => Act::Answer(task("working")),
+        "tasks/cancel" => Act::Answer(task("cancelled")),
+        _ => Act::Ignore,
+    });
+    let builder = Client::builder().deadline(Duration::from_millis(300));
+    let client = connect(builder, stream).unwrap();
+    let error = within(Duration::from_secs(10), move || {
+        client.call_tool("work", json!({})).unwrap_err()
+    });
+    assert!(
+        matches!(&error, ClientError::Deadline { task_id: Some(id), cancelled: true, .. }
+            if id == "t1"),
+        "{error}"
+    );
+    assert_eq!(count(&log, "tasks/cancel"), 1, "{:?}", methods(&log));
+    // Sent again after each poll (every 20 ms), not in a loop as fast as it fails.
+    let results = count(&log, "tasks/result");
+    assert!(
+        (2..=20).contains(&results),
+        "{results}: {:?}",
+        methods(&log)
+    );
+}
+
+#[test]
+fn a_poll_that_times_out_once_is_tried_again() {
+    let mut polls = 0;
+    let (stream, log) = scripted(move |method, _| match method {
+        "server/discover" => discovered(),
+        "tools/call" => sep_task(),
+        "tasks/get" => {
+            polls += 1;
+            if polls == 1 {
+                Act::Ignore
+            } else {
+                Act::Answer(json!({"taskId": "t1", "status": "completed", "result": done()}))
+            }
+        }
+        _ => Act::Ignore,
+    });
+    let builder = Client::builder()
+        .revision(Revision::Sep2663)
+        .request_timeout(Duration::from_millis(500));
+    let client = connect(builder, stream).unwrap();
+    let result = within(Duration::from_secs(10), move || {
+        client.call_tool("work", json!({}))
+    });
+    assert_eq!(result.unwrap(), done());
+    assert_eq!(count(&log, "tasks/get"), 2);
+}
+
+#[test]
+fn polls_that_keep_failing_abandon_the_task_and_name_it() {
+    let (stream, log) = scripted(|method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        "tools/list" => tool_list("required"),
+        "tools/call" => Act::Answer(json!({"task": task("working")})),
+        // No such status: the answer cannot be read.
+        "tasks/get" => Act::Answer(json!({"taskId": "t1", "status": "paused"})),
+        "tasks/cancel" => Act::Answer(task("cancelled")),
+        _ => Act::Ignore,
+    });
+    let client = connect(Client::builder(), stream).unwrap();
+    let error = within(Duration::from_secs(10), move || {
+        client.call_tool("work", json!({})).unwrap_err()
+    });
+    assert_eq!(error.task_id(), Some("t1"), "{error}");
+    assert!(error.is_transport(), "{error}");
+    assert!(error.to_string().contains("t1"), "{error}");
+    assert!(
+        matches!(&error, ClientError::TaskAbandoned { task_id, cancelled: true, error }
+            if task_id == "t1" && matches!(**error, ClientError::Protocol(_))),
+        "{error:?}"
+    );
+    assert_eq!(count(&log, "tasks/get"), 3, "{:?}", methods(&log));
+    assert_eq!(count(&log, "tasks/cancel"), 1, "{:?}", methods(&log));
+}
+
+#[test]
+fn a_failed_tasks_update_is_sent_again_without_asking_the_handler_twice() {
+    let (mut updates, mut answered) = (0, false);
+    let (stream, log) = scripted(move |method, _| match method {
+        "server/discover" => discovered(),
+        "tools/call" => sep_task(),
+        "tasks/get" if answered => {
+            Act::Answer(json!({"taskId": "t1", "status": "completed", "result": done()}))
+        }
+        "tasks/get" => Act::Answer(json!({
+            "taskId": "t1", "status": "input_required", "inputRequests": {"k1": {
+                "method": "elicitation/create",
+                "params": {"mode": "form", "message": "?", "requestedSchema": {"type": "object"}}
+            }}
+        })),
+        "tasks/update" => {
+            updates += 1;
+            if updates == 1 {
+                Act::Fail(-32603)
+            } else {
+                answered = true;
+                Act::Answer(json!({"resultType": "complete"}))
+            }
+        }
+        _ => Act::Ignore,
+    });
+    let asked = Arc::new(Mutex::new(0));
+    let counter = asked.clone();
+    let builder = Client::builder()
+        .revision(Revision::Sep2663)
+        .on_elicitation(move |_| {
+            *counter.lock().unwrap() += 1;
+            Ok(json!({"action": "accept", "content": {}}))
+        });
+    let client = connect(builder, stream).unwrap();
+    let result = within(Duration::from_secs(10), move || {
+        client.call_tool("work", json!({}))
+    });
+    assert_eq!(result.unwrap(), done());
+    assert_eq!(*asked.lock().unwrap(), 1);
+    assert_eq!(count(&log, "tasks/update"), 2, "{:?}", methods(&log));
+}
+
+#[test]
+fn a_deadline_whose_cancel_is_refused_as_the_task_completed_returns_the_result() {
+    let mut ended = false;
+    let (stream, log) = scripted(move |method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        "tools/list" => tool_list("required"),
+        "tools/call" => Act::Answer(json!({"task": task("working")})),
+        "tasks/get" => Act::Answer(task(if ended { "completed" } else { "working" })),
+        "tasks/result" if ended => Act::Answer(done()),
+        "tasks/result" => Act::Ignore,
+        // The task completes just as the deadline passes: the cancel comes too late.
+        "tasks/cancel" => {
+            ended = true;
+            Act::Fail(-32602)
+        }
+        _ => Act::Ignore,
+    });
+    let builder = Client::builder().deadline(Duration::from_millis(300));
+    let client = connect(builder, stream).unwrap();
+    let result = within(Duration::from_secs(10), move || {
+        client.call_tool("work", json!({}))
+    });
+    assert_eq!(result.unwrap(), done(), "{:?}", methods(&log));
+}
+
+#[test]
+fn a_deadline_whose_cancel_fails_does_not_claim_the_task_was_cancelled() {
+    let (stream, _) = scripted(|method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        "tools/list" => tool_list("required"),
+        "tools/call" => Act::Answer(json!({"task": task("working")})),
+        "tasks/get" => Act::Answer(task("working")),
+        "tasks/cancel" => Act::Fail(-32603),
+        _ => Act::Ignore,
+    });
+    let builder = Client::builder().deadline(Duration::from_millis(300));
+    let client = connect(builder, stream).unwrap();
+    let error = within(Duration::from_secs(10), move || {
+        client.call_tool("work", json!({})).unwrap_err()
+    });
+    assert!(
+        matches!(&error, ClientError::Deadline { task_id: Some(id), .. } if id == "t1"),
+        "{error}"
+    );
+    assert!(!error.to_string().contains("was cancelled"), "{error}");
+}
+
+#[test]
+fn a_result_in_hand_is_kept_when_the_last_poll_finds_the_task_gone() {
+    let (stream, _) = scripted(|method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        "tools/list" => tool_list("required"),
+        "tools/call" => Act::Answer(json!({"task": task("working")})),
+        "tasks/result" => Act::Answer(done()),
+        "tasks/get" => Act::Fail(-32602),
+        _ => Act::Ignore,
+    });
+    let client = connect(Client::builder(), stream).unwrap();
+    let result = within(Duration::from_secs(10), move || {
+        client.call_tool("work", json!({}))
+    });
+    assert_eq!(result.unwrap(), done());
 }
