@@ -909,9 +909,13 @@ impl Inner {
             })
             .map_err(|e| self.io_error(e))?;
             if !answered {
-                return Err(ClientError::closed(
-                    "the server ended its event stream without answering",
-                ));
+                // This exchange ended, not the connection: the next request gets a new
+                // one (a server may end a resumable stream early on purpose), so this is
+                // no `Closed`.
+                return Err(ClientError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("the server ended its event stream without answering request {id}"),
+                )));
             }
             return Ok(());
         }
@@ -2197,6 +2201,66 @@ mod tests {
             Err(_) => panic!("the server's request on the event stream never arrived"),
         }
         transport.shutdown();
+    }
+
+    /// A 2025-11-25 task t1 in `status`, polled every 20 ms.
+    fn task_of(status: &str) -> Value {
+        json!({"taskId": "t1", "status": status, "createdAt": "2026-01-01T00:00:00Z",
+               "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": null, "pollInterval": 20})
+    }
+
+    #[test]
+    fn a_tasks_result_stream_the_server_ends_early_is_held_again_while_the_task_works() {
+        let results = AtomicUsize::new(0);
+        let polls = AtomicUsize::new(0);
+        let done = json!({"content": [], "isError": false});
+        let answer = done.clone();
+        let server = fake_server(move |request| {
+            let reply = |result: Value| {
+                let body = json!({"jsonrpc": "2.0", "id": request.body["id"], "result": result});
+                Some(json_reply("200 OK", &body, ""))
+            };
+            match request.rpc_method() {
+                Some("initialize") => Some(json_reply(
+                    "200 OK",
+                    &json!({"jsonrpc": "2.0", "id": request.body["id"], "result": {
+                        "protocolVersion": v2025::PROTOCOL_VERSION,
+                        "capabilities": {"tasks": {"requests": {"tools": {"call": {}}}}},
+                        "serverInfo": {"name": "fake", "version": "0"},
+                    }}),
+                    "Mcp-Session-Id: s1\r\n",
+                )),
+                Some("tools/list") => reply(json!({"tools": [{"name": "work",
+                    "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}}]})),
+                Some("tools/call") => reply(json!({"task": task_of("working")})),
+                Some("tasks/get") => reply(task_of(if polls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    "working"
+                } else {
+                    "completed"
+                })),
+                // A resumable stream the server ends after its priming event, while the
+                // task works on.
+                Some("tasks/result") if results.fetch_add(1, Ordering::SeqCst) == 0 => Some(
+                    format!("{EVENT_STREAM}id: ev-1\nretry: 100\ndata: \n\n{END}"),
+                ),
+                Some("tasks/result") => reply(answer.clone()),
+                _ => session_basics(request),
+            }
+        });
+        let client = Client::builder().connect_http(&server.url).unwrap();
+        let outcome = within(Duration::from_secs(10), move || {
+            client.call_tool("work", json!({}))
+        })
+        .expect("the call still runs after 10 s");
+        assert_eq!(outcome.unwrap(), done);
+        let seen: Vec<Seen> = server.seen.try_iter().collect();
+        let asked = |method| {
+            seen.iter()
+                .filter(|r| r.rpc_method() == Some(method))
+                .count()
+        };
+        assert_eq!(asked("tasks/result"), 2, "{seen:?}");
+        assert_eq!(asked("tasks/cancel"), 0, "{seen:?}");
     }
 
     #[test]
