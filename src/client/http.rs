@@ -862,6 +862,7 @@ impl Inner {
             ));
         };
         *self.session.lock() = Some(session.clone());
+        self.shared.new_session();
         let initialized = jsonrpc::notification("notifications/initialized", serde_json::json!({}));
         let sent = self.post(&initialized);
         // The event stream's reader goes on in the new session (it waits for this renewal
@@ -2164,6 +2165,46 @@ mod tests {
         let seen: Vec<Seen> = server.seen.try_iter().collect();
         assert!(seen.iter().all(|r| r.method() != "GET"), "{seen:?}");
         assert_eq!(opened.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_new_session_may_reuse_the_request_ids_of_the_forgotten_one() {
+        let opened = AtomicUsize::new(0);
+        let server = fake_server(move |request| {
+            let session = request.header("Mcp-Session-Id");
+            match (request.method(), request.rpc_method()) {
+                (_, Some("initialize")) => {
+                    let n = opened.fetch_add(1, Ordering::SeqCst) + 1;
+                    Some(initialized(request, &format!("s{n}")))
+                }
+                // The server restarts: it forgets s1.
+                (_, Some("ping"))
+                    if session == Some("s1") && request.body["params"]["restart"] == true =>
+                {
+                    Some(empty_reply("404 Not Found"))
+                }
+                // It asks first (its request "0" in every session), then answers.
+                (_, Some("ping")) => {
+                    let answer = json!({"jsonrpc": "2.0", "id": request.body["id"], "result": {}});
+                    Some(format!(
+                        "{EVENT_STREAM}{}data: {answer}\n\n",
+                        elicitation_event("0")
+                    ))
+                }
+                ("POST", None) => Some(empty_reply("202 Accepted")),
+                _ => session_basics(request),
+            }
+        });
+        let (client, asked) = eliciting_client(&server);
+        let wait = Duration::from_secs(5);
+        client.request("ping", json!({})).unwrap();
+        assert_eq!(asked.recv_timeout(wait).as_deref(), Ok("0"));
+        client.request("ping", json!({"restart": true})).unwrap();
+        assert_eq!(
+            asked.recv_timeout(wait).as_deref(),
+            Ok("0"),
+            "the new session's request was dropped as a repeat"
+        );
     }
 
     #[test]

@@ -228,6 +228,15 @@ impl Shared {
         }
     }
 
+    /// A new session replaced a forgotten one (HTTP): the server numbers its requests
+    /// afresh (a restarted server from 0 again), so the ids of the old session's requests
+    /// are forgotten, lest a new request be dropped as a repeat of an old one.
+    pub(crate) fn new_session(&self) {
+        let mut inputs = self.inputs.lock();
+        inputs.seen.clear();
+        inputs.seen_order.clear();
+    }
+
     /// Input requests seen so far for `task` (2025-11-25).
     pub(crate) fn task_inputs(&self, task: &str) -> TaskInputs {
         self.inputs
