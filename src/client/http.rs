@@ -633,6 +633,9 @@ struct Inner {
     open: Arc<OpenConnections>,
     /// See [`IDLE_TIMEOUT`]; shorter in tests.
     idle: Duration,
+    /// The client's request timeout, which also bounds sending a notification or an
+    /// answer (see [`Inner::link`]).
+    request_timeout: Duration,
     /// See [`STREAM_SILENCE`]; shorter in tests.
     stream_silence: Duration,
     /// The `initialize` request this client sent: repeated to start a new session when the
@@ -668,6 +671,7 @@ impl HttpTransport {
                 negotiated: Mutex::new(None),
                 open: Arc::default(),
                 idle: IDLE_TIMEOUT.max(request_timeout),
+                request_timeout,
                 stream_silence: STREAM_SILENCE,
                 initialize: Mutex::new(None),
                 renewing: Mutex::new(()),
@@ -745,13 +749,27 @@ impl Inner {
         }
     }
 
-    /// How a POST of a message with `method` (`None`: a response) connects: see
-    /// [`IDLE_TIMEOUT`].
-    fn link(&self, method: Option<&str>) -> Link<'_> {
+    /// How a POST of `message` connects: see [`IDLE_TIMEOUT`]. A notification or an
+    /// answer to a server request gets no longer than the request timeout either: nobody
+    /// waits for what comes back, and its sender (the handshake, the dispatcher that
+    /// answers the server's requests one at a time) must not be held by a silent server
+    /// for longer than a request would be.
+    fn link(&self, message: &Value) -> Link<'_> {
+        let method = message.get("method").and_then(Value::as_str);
+        let idle = match method {
+            // A `tasks/result` is held until its task ends, however long that is.
+            Some("tasks/result") => None,
+            Some(_) if message.get("id").is_some() => Some(self.idle),
+            // A zero timeout would mean none to the socket.
+            _ => Some(
+                self.idle
+                    .min(self.request_timeout)
+                    .max(Duration::from_millis(1)),
+            ),
+        };
         Link {
             connect: CONNECT_TIMEOUT,
-            // A `tasks/result` is held until its task ends, however long that is.
-            idle: (method != Some("tasks/result")).then_some(self.idle),
+            idle,
             open: Some(&self.open),
         }
     }
@@ -768,10 +786,15 @@ impl Inner {
 
     /// `error` as the client reports it; a timeout says it hit the idle limit.
     fn io_error(&self, error: io::Error) -> ClientError {
+        self.io_error_after(error, self.idle)
+    }
+
+    /// [`io_error`](Self::io_error) on a connection whose idle limit was `limit`.
+    fn io_error_after(&self, error: io::Error, limit: Duration) -> ClientError {
         match error.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ClientError::Io(io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!("no progress on the connection for {:?}: {error}", self.idle),
+                format!("no progress on the connection for {limit:?}: {error}"),
             )),
             _ => ClientError::io(error),
         }
@@ -780,14 +803,10 @@ impl Inner {
     fn post(&self, message: &Value) -> Result<HttpResponse, ClientError> {
         let body = serde_json::to_vec(message)
             .map_err(|e| ClientError::Protocol(format!("cannot serialise a message: {e}")))?;
-        let response = exchange(
-            &self.endpoint,
-            "POST",
-            &self.headers(message),
-            &body,
-            self.link(message.get("method").and_then(Value::as_str)),
-        )
-        .map_err(|e| self.io_error(e))?;
+        let link = self.link(message);
+        let limit = link.idle.unwrap_or(self.idle);
+        let response = exchange(&self.endpoint, "POST", &self.headers(message), &body, link)
+            .map_err(|e| self.io_error_after(e, limit))?;
         if let Some(session) = response.header("Mcp-Session-Id") {
             let mut current = self.session.lock();
             if current.is_none() {
@@ -1188,7 +1207,11 @@ impl Transport for HttpTransport {
     fn send(&self, message: Value) -> Result<(), ClientError> {
         let response = self.inner.post_in_session(&message)?;
         let status = response.status;
-        let text = response.text().map_err(|e| self.inner.io_error(e))?;
+        // The body is read with the limit the message was sent with.
+        let limit = self.inner.link(&message).idle.unwrap_or(self.inner.idle);
+        let text = response
+            .text()
+            .map_err(|e| self.inner.io_error_after(e, limit))?;
         if (200..300).contains(&status) {
             Ok(())
         } else {
@@ -1646,7 +1669,7 @@ mod tests {
     ) -> (HttpTransport, Arc<Shared>, Receiver<Work>) {
         let (shared, jobs) = Shared::new();
         let mut transport =
-            HttpTransport::new(&server.url, revision, shared.clone(), Duration::ZERO).unwrap();
+            HttpTransport::new(&server.url, revision, shared.clone(), Duration::MAX).unwrap();
         Arc::get_mut(&mut transport.inner).unwrap().idle = idle;
         (transport, shared, jobs)
     }
@@ -1873,6 +1896,60 @@ mod tests {
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => return false,
             }
         }
+    }
+
+    #[test]
+    fn a_notification_waits_no_longer_than_the_request_timeout() {
+        // The server takes `notifications/initialized` and never says a word about it.
+        let server = fake_server(|request| match request.rpc_method() {
+            Some("notifications/initialized") => None,
+            _ => session_basics(request),
+        });
+        let url = server.url.clone();
+        let connected = within(Duration::from_secs(10), move || {
+            Client::builder()
+                .request_timeout(Duration::from_millis(500))
+                .connect_http(&url)
+        })
+        .expect("the handshake still waits for the silent server after 10 s");
+        match connected {
+            Err(ClientError::Io(error)) => {
+                assert_eq!(error.kind(), io::ErrorKind::TimedOut, "{error}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_answer_to_the_server_waits_no_longer_than_the_request_timeout() {
+        // The server takes the answers to its requests and never says a word about them.
+        let server = fake_server(|request| match (request.method(), request.rpc_method()) {
+            ("POST", None) => None,
+            (_, Some("ping")) => {
+                let answer = json!({"jsonrpc": "2.0", "id": request.body["id"], "result": {}});
+                Some(format!(
+                    "{EVENT_STREAM}{}{}data: {answer}\n\n",
+                    elicitation_event("e1"),
+                    elicitation_event("e2")
+                ))
+            }
+            _ => session_basics(request),
+        });
+        let (asked_tx, asked) = crossbeam_channel::unbounded();
+        let client = Client::builder()
+            .request_timeout(Duration::from_millis(500))
+            .on_elicitation(move |request| {
+                let _ = asked_tx.send(request.key.clone());
+                Ok(json!({"action": "decline"}))
+            })
+            .connect_http(&server.url)
+            .unwrap();
+        client.request("ping", json!({})).unwrap();
+        // The dispatcher answers one request at a time: the second is asked once the
+        // first answer's POST has given up.
+        let wait = Duration::from_secs(5);
+        assert_eq!(asked.recv_timeout(wait).as_deref(), Ok("e1"));
+        assert_eq!(asked.recv_timeout(wait).as_deref(), Ok("e2"));
     }
 
     #[test]

@@ -161,7 +161,10 @@ impl ClientBuilder {
     /// needs a longer timeout. Not bounded by it: the `tasks/result` that
     /// [`Client::call_tool`] holds open while it polls, and
     /// [`Client::get_task_result`], which both wait for the task itself. `Duration::MAX`
-    /// waits for ever.
+    /// waits for ever. Over HTTP it also bounds sending a notification or an answer to a
+    /// server request (which otherwise gets the transport's 300 s idle limit), so a server
+    /// that never acknowledges one holds neither the handshake nor the answering of its
+    /// other requests for long.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.config.request_timeout = timeout;
         self
