@@ -675,7 +675,8 @@ impl Client {
         Ok(Some(tools))
     }
 
-    /// A tool's `execution.taskSupport` (2025-11-25), from `tools/list` (fetched once).
+    /// A tool's `execution.taskSupport` (2025-11-25), from `tools/list` (fetched once, and
+    /// again after the server sends `notifications/tools/list_changed`).
     pub fn task_support(&self, tool: &str) -> Result<TaskSupport, ClientError> {
         self.task_support_until(tool, None)
             .map(|support| support.expect("no deadline to miss"))
@@ -697,6 +698,10 @@ impl Client {
         tool: &str,
         deadline: Option<Instant>,
     ) -> Result<Option<TaskSupport>, ClientError> {
+        if self.inner.shared.take_tools_changed() {
+            // The server's tools changed: what `tools/list` said may be wrong now.
+            *self.inner.tools.lock() = None;
+        }
         if self.inner.tools.lock().is_none() && self.list_tools_until(deadline)?.is_none() {
             return Ok(None);
         }

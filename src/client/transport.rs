@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{BufReader, Read, Write};
 use std::panic::AssertUnwindSafe;
 use std::process::Child;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -77,6 +77,8 @@ pub(crate) struct Shared {
     next_id: AtomicI64,
     work: Sender<Work>,
     inputs: Mutex<Inputs>,
+    /// Set by `notifications/tools/list_changed`: the tools the client knows are stale.
+    tools_changed: AtomicBool,
 }
 
 /// How many of the server's latest request ids are remembered, to drop a repeat of one;
@@ -137,6 +139,7 @@ impl Shared {
             next_id: AtomicI64::new(1),
             work,
             inputs: Mutex::new(Inputs::default()),
+            tools_changed: AtomicBool::new(false),
         });
         (shared, jobs)
     }
@@ -175,7 +178,8 @@ impl Shared {
     }
 
     /// Routes a message from the server: responses to their waiting request, requests to
-    /// the dispatcher; notifications are only logged.
+    /// the dispatcher; of the notifications, `notifications/tools/list_changed` marks the
+    /// tools the client knows as stale, the others are only logged.
     pub(crate) fn incoming(&self, message: Message) {
         match message {
             Message::Response(Response { id, outcome }) => {
@@ -197,7 +201,10 @@ impl Shared {
                 let _ = self.work.send(Work::Request(request));
             }
             Message::Notification(notification) => {
-                log::debug!("mcp client: notification {}", notification.method)
+                log::debug!("mcp client: notification {}", notification.method);
+                if notification.method == "notifications/tools/list_changed" {
+                    self.tools_changed.store(true, Ordering::SeqCst);
+                }
             }
         }
     }
@@ -235,6 +242,11 @@ impl Shared {
         let mut inputs = self.inputs.lock();
         inputs.seen.clear();
         inputs.seen_order.clear();
+    }
+
+    /// Whether the server said its tools changed since the last call (which resets it).
+    pub(crate) fn take_tools_changed(&self) -> bool {
+        self.tools_changed.swap(false, Ordering::SeqCst)
     }
 
     /// Input requests seen so far for `task` (2025-11-25).

@@ -681,3 +681,36 @@ fn a_result_in_hand_is_kept_when_the_last_poll_finds_the_task_gone() {
     });
     assert_eq!(result.unwrap(), done());
 }
+
+#[test]
+fn the_tools_are_listed_again_after_the_server_says_they_changed() {
+    let mut lists = 0;
+    let (stream, log) = scripted(move |method, params| match method {
+        "initialize" => initialized("2025-11-25"),
+        // "work" comes later (and requires a task).
+        "tools/list" => {
+            lists += 1;
+            if lists == 1 {
+                Act::Answer(
+                    json!({"tools": [{"name": "other", "inputSchema": {"type": "object"}}]}),
+                )
+            } else {
+                tool_list("required")
+            }
+        }
+        "tools/call" if params["name"] == "other" => {
+            let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+            Act::SendThenAnswer(vec![changed], json!({"content": []}))
+        }
+        "tools/call" if params.get("task").is_some() => {
+            Act::Answer(json!({"content": [], "augmented": true}))
+        }
+        "tools/call" => Act::Fail(-32601),
+        _ => Act::Ignore,
+    });
+    let client = connect(Client::builder(), stream).unwrap();
+    client.call_tool("other", json!({})).unwrap();
+    let result = client.call_tool("work", json!({}));
+    assert_eq!(result.unwrap()["augmented"], true, "{:?}", methods(&log));
+    assert_eq!(count(&log, "tools/list"), 2);
+}
