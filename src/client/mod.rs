@@ -241,6 +241,13 @@ impl ClientBuilder {
 
     /// Speaks newline-delimited JSON-RPC over any reader and writer (a socket, a pipe to a
     /// server started elsewhere) and performs the handshake.
+    ///
+    /// Dropping the client drops `writer` (once what is queued is written), but its
+    /// reader thread stays blocked on `reader`, which cannot be interrupted for a generic
+    /// [`Read`]: that thread, and the reader, live on until the reader ends. So the server
+    /// sees no EOF while the underlying stream stays open (a socket whose reader and
+    /// writer are clones stays open through the reader) until the caller closes it: for a
+    /// socket, keep a handle (`try_clone`) and `shutdown` it after the drop.
     pub fn connect_streams(
         self,
         reader: impl Read + Send + 'static,
