@@ -311,7 +311,8 @@ struct Inner {
     config: Config,
     handlers: Handlers,
     server: Mutex<Value>,
-    tools: Mutex<Option<BTreeMap<String, TaskSupport>>>,
+    /// Each tool's task support, with the tools generation it was listed under.
+    tools: Mutex<Option<(u64, BTreeMap<String, TaskSupport>)>>,
 }
 
 impl Drop for Inner {
@@ -641,6 +642,9 @@ impl Client {
         &self,
         deadline: Option<Instant>,
     ) -> Result<Option<Vec<Value>>, ClientError> {
+        // Read before asking: a change announced while the list is on its way makes it
+        // out of date.
+        let generation = self.inner.shared.tools_generation();
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
@@ -678,7 +682,11 @@ impl Client {
                 Some((name, support))
             })
             .collect();
-        *self.inner.tools.lock() = Some(support);
+        let mut cached = self.inner.tools.lock();
+        // A listing that overtook this one may hold a newer list: keep that.
+        if cached.as_ref().is_none_or(|(held, _)| *held <= generation) {
+            *cached = Some((generation, support));
+        }
         Ok(Some(tools))
     }
 
@@ -705,11 +713,15 @@ impl Client {
         tool: &str,
         deadline: Option<Instant>,
     ) -> Result<Option<TaskSupport>, ClientError> {
-        if self.inner.shared.take_tools_changed() {
-            // The server's tools changed: what `tools/list` said may be wrong now.
-            *self.inner.tools.lock() = None;
-        }
-        if self.inner.tools.lock().is_none() && self.list_tools_until(deadline)?.is_none() {
+        // A list from before the server last said its tools changed may be wrong now.
+        let current = self.inner.shared.tools_generation();
+        let fresh = self
+            .inner
+            .tools
+            .lock()
+            .as_ref()
+            .is_some_and(|(generation, _)| *generation == current);
+        if !fresh && self.list_tools_until(deadline)?.is_none() {
             return Ok(None);
         }
         Ok(Some(
@@ -717,7 +729,7 @@ impl Client {
                 .tools
                 .lock()
                 .as_ref()
-                .and_then(|tools| tools.get(tool).copied())
+                .and_then(|(_, tools)| tools.get(tool).copied())
                 .unwrap_or(TaskSupport::Forbidden),
         ))
     }
@@ -948,6 +960,12 @@ impl Client {
             return Err(error(false));
         };
         match self.wait(call, Some(Instant::now() + CANCEL_WAIT)) {
+            // SEP-2663 acknowledges a cancel of a task that already ended: a task that did
+            // end otherwise meanwhile ends the call as it ended.
+            Ok(_) if self.revision() == Revision::Sep2663 => match self.ended_meanwhile(task_id) {
+                Some(end) if !matches!(end, Err(ClientError::TaskCancelled { .. })) => end,
+                _ => Err(error(true)),
+            },
             Ok(_) => Err(error(true)),
             Err(Some(ClientError::Rpc(_))) => self
                 .ended_meanwhile(task_id)
@@ -1124,14 +1142,25 @@ impl Client {
         } else {
             // tasks/result answered before a poll saw the end: one last poll for the
             // status. The result is in hand: a poll that fails (the task expired just
-            // now, say) must not lose it.
+            // now, say) must not lose it, and the result tells the status itself (only
+            // a tool error, `isError`, ends a task failed with a result).
             match self.poll_task(&task.task_id, follow) {
                 Ok(polled) => {
                     follow.polls += 1;
                     follow.report(&polled.task);
                     polled.task
                 }
-                Err(_) => return Ok(result),
+                Err(_) => {
+                    let failed = result.get("isError").and_then(Value::as_bool) == Some(true);
+                    TaskInfo {
+                        status: if failed {
+                            TaskStatus::Failed
+                        } else {
+                            TaskStatus::Completed
+                        },
+                        ..task
+                    }
+                }
             }
         };
         settle_2025(task, Ok(result))
@@ -1177,6 +1206,7 @@ impl Client {
                 // Working: whatever was sent last has arrived.
                 stale = 0;
                 unsent.clear();
+                update_failures = 0;
                 continue;
             }
             // An answer the server no longer asks for has arrived.
@@ -1209,6 +1239,11 @@ impl Client {
                     continue;
                 }
                 Ok(None) => Failure::Deadline,
+                // On tasks/update, -32602 may as well refuse the answers as the task: the
+                // next poll tells (-32602 there is the task gone).
+                Err(ClientError::Rpc(e)) if e.code == INVALID_PARAMS => {
+                    Failure::Passing(ClientError::Rpc(e))
+                }
                 Err(error) => self.sort_failure(&id, error),
             };
             if let Some(end) = self.after_failure(failure, &mut update_failures, &id, follow) {

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{BufReader, Read, Write};
 use std::panic::AssertUnwindSafe;
 use std::process::Child;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -77,8 +77,9 @@ pub(crate) struct Shared {
     next_id: AtomicI64,
     work: Sender<Work>,
     inputs: Mutex<Inputs>,
-    /// Set by `notifications/tools/list_changed`: the tools the client knows are stale.
-    tools_changed: AtomicBool,
+    /// How many `notifications/tools/list_changed` the server sent: a tool list fetched
+    /// under an older count may be out of date.
+    tools_generation: AtomicU64,
 }
 
 /// How many of the server's latest request ids are remembered, to drop a repeat of one;
@@ -139,7 +140,7 @@ impl Shared {
             next_id: AtomicI64::new(1),
             work,
             inputs: Mutex::new(Inputs::default()),
-            tools_changed: AtomicBool::new(false),
+            tools_generation: AtomicU64::new(0),
         });
         (shared, jobs)
     }
@@ -203,7 +204,7 @@ impl Shared {
             Message::Notification(notification) => {
                 log::debug!("mcp client: notification {}", notification.method);
                 if notification.method == "notifications/tools/list_changed" {
-                    self.tools_changed.store(true, Ordering::SeqCst);
+                    self.tools_generation.fetch_add(1, Ordering::SeqCst);
                 }
             }
         }
@@ -244,9 +245,9 @@ impl Shared {
         inputs.seen_order.clear();
     }
 
-    /// Whether the server said its tools changed since the last call (which resets it).
-    pub(crate) fn take_tools_changed(&self) -> bool {
-        self.tools_changed.swap(false, Ordering::SeqCst)
+    /// How many times the server said its tools changed.
+    pub(crate) fn tools_generation(&self) -> u64 {
+        self.tools_generation.load(Ordering::SeqCst)
     }
 
     /// Input requests seen so far for `task` (2025-11-25).

@@ -683,6 +683,84 @@ fn a_result_in_hand_is_kept_when_the_last_poll_finds_the_task_gone() {
 }
 
 #[test]
+fn a_tool_error_in_hand_fails_the_call_even_when_the_last_poll_fails() {
+    let (stream, _) = scripted(|method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        "tools/list" => tool_list("required"),
+        "tools/call" => Act::Answer(json!({"task": task("working")})),
+        "tasks/result" => Act::Answer(json!({"content": [], "isError": true})),
+        "tasks/get" => Act::Fail(-32603),
+        _ => Act::Ignore,
+    });
+    let client = connect(Client::builder(), stream).unwrap();
+    let error = within(Duration::from_secs(10), move || {
+        client.call_tool("work", json!({})).unwrap_err()
+    });
+    assert!(
+        matches!(&error, ClientError::TaskFailed { result: Some(r), .. } if r["isError"] == true),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_tasks_update_refused_with_invalid_params_is_retried_then_the_task_cancelled() {
+    let (stream, log) = scripted(|method, _| match method {
+        "server/discover" => discovered(),
+        "tools/call" => sep_task(),
+        "tasks/get" => Act::Answer(json!({
+            "taskId": "t1", "status": "input_required", "inputRequests": {"k1": {
+                "method": "elicitation/create",
+                "params": {"mode": "form", "message": "?", "requestedSchema": {"type": "object"}}
+            }}
+        })),
+        // The server refuses the answers, not the task: it still asks for them.
+        "tasks/update" => Act::Fail(-32602),
+        "tasks/cancel" => Act::Answer(json!({"taskId": "t1", "status": "cancelled"})),
+        _ => Act::Ignore,
+    });
+    let builder = Client::builder()
+        .revision(Revision::Sep2663)
+        .on_elicitation(|_| Ok(json!({"action": "accept", "content": {}})));
+    let client = connect(builder, stream).unwrap();
+    let error = within(Duration::from_secs(10), move || {
+        client.call_tool("work", json!({})).unwrap_err()
+    });
+    assert!(
+        matches!(&error, ClientError::TaskAbandoned { task_id, .. } if task_id == "t1"),
+        "{error}"
+    );
+    assert_eq!(count(&log, "tasks/cancel"), 1, "{:?}", methods(&log));
+}
+
+#[test]
+fn a_sep2663_deadline_racing_the_tasks_completion_returns_the_result() {
+    let mut ended = false;
+    let (stream, log) = scripted(move |method, _| match method {
+        "server/discover" => discovered(),
+        "tools/call" => sep_task(),
+        "tasks/get" if ended => {
+            Act::Answer(json!({"taskId": "t1", "status": "completed", "result": done()}))
+        }
+        "tasks/get" => Act::Answer(json!({"taskId": "t1", "status": "working"})),
+        // The task completes just as the deadline passes; SEP-2663 acknowledges the cancel
+        // all the same.
+        "tasks/cancel" => {
+            ended = true;
+            Act::Answer(json!({"taskId": "t1", "status": "completed"}))
+        }
+        _ => Act::Ignore,
+    });
+    let builder = Client::builder()
+        .revision(Revision::Sep2663)
+        .deadline(Duration::from_millis(300));
+    let client = connect(builder, stream).unwrap();
+    let result = within(Duration::from_secs(10), move || {
+        client.call_tool("work", json!({}))
+    });
+    assert_eq!(result.unwrap(), done(), "{:?}", methods(&log));
+}
+
+#[test]
 fn the_tools_are_listed_again_after_the_server_says_they_changed() {
     let mut lists = 0;
     let (stream, log) = scripted(move |method, params| match method {
