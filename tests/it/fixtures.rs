@@ -1,12 +1,17 @@
-//! Pieces several test files share: tools with odd behaviour, and a writer to read back.
+//! Pieces several test files share: tools with odd behaviour, a writer to read back, the
+//! spec's reading of a JSON-RPC message (what it should get), and a server to serve over HTTP.
 
 use std::io::Write;
 use std::sync::Arc;
 
 use mcp_task_store::protocol::RpcError;
+#[cfg(feature = "http")]
+use mcp_task_store::server::{demo, HttpOptions, HttpServer, Server};
 use mcp_task_store::server::{TaskSupport, Tool};
+#[cfg(feature = "http")]
+use mcp_task_store::TaskStore;
 use parking_lot::Mutex;
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// A tool that fails with a JSON-RPC error (code -32000, with data).
 pub fn boom_tool() -> Tool {
@@ -53,5 +58,118 @@ impl Captured {
             .lines()
             .map(|line| serde_json::from_str(line).expect("only JSON-RPC goes out"))
             .collect()
+    }
+}
+
+/// An HTTP server on a free loopback port with the demo tools, and its store (to look behind
+/// a session that ended).
+#[cfg(feature = "http")]
+pub fn demo_http_server(options: HttpOptions) -> (HttpServer, Arc<dyn TaskStore>) {
+    let mut builder = Server::builder();
+    for tool in demo::tools() {
+        builder = builder.tool(tool);
+    }
+    let server = builder.build().unwrap();
+    let store = server.store();
+    let http = HttpServer::bind(server, "127.0.0.1:0", options).unwrap();
+    (http, store)
+}
+
+// ----- what a message is -----------------------------------------------------------------
+
+pub const SEP_VERSION: &str = "2026-07-28";
+pub const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
+pub const CAPS_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
+pub const TASKS_EXT: &str = "io.modelcontextprotocol/tasks";
+/// Versions a request's `_meta` may name (2026-07-28 plus those `initialize` accepts).
+pub const SUPPORTED: &[&str] = &[
+    "2026-07-28",
+    "2025-11-25",
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+];
+
+/// What the spec says a message is, read independently of the server's parser.
+#[derive(Debug)]
+pub enum Kind {
+    /// Wants exactly one response with `id`.
+    Request {
+        id: Value,
+        method: String,
+        params: Option<Value>,
+    },
+    /// Gets nothing.
+    Notification {
+        method: String,
+        params: Option<Value>,
+    },
+    /// A response to a request of the server's: gets nothing.
+    Response,
+    /// Gets one error: -32700 when it is not JSON, else -32600 (or -32602 for params that
+    /// are not an object); its id when it had a usable one, else null.
+    Malformed {
+        parse_error: bool,
+        id: Option<Value>,
+    },
+}
+
+/// MCP ids are strings or integers (never null, never fractional); this server reads
+/// integers as i64.
+pub fn valid_id(id: &Value) -> bool {
+    id.is_string() || id.as_i64().is_some()
+}
+
+pub fn kind(text: &str) -> Kind {
+    let Ok(value) = serde_json::from_str::<Value>(text) else {
+        return Kind::Malformed {
+            parse_error: true,
+            id: None,
+        };
+    };
+    let Value::Object(object) = value else {
+        return Kind::Malformed {
+            parse_error: false,
+            id: None,
+        };
+    };
+    let id = object.get("id").cloned();
+    let usable_id = id.clone().filter(valid_id);
+    let malformed = Kind::Malformed {
+        parse_error: false,
+        id: usable_id.clone(),
+    };
+    if id.is_some() && usable_id.is_none() || object.get("jsonrpc") != Some(&json!("2.0")) {
+        return malformed;
+    }
+    // `null` params count as absent, as the server reads them.
+    let params = object.get("params").filter(|p| !p.is_null()).cloned();
+    if let (Some(Value::String(method)), None) = (object.get("method"), &id) {
+        // Params that are not structured make it no JSON-RPC message at all.
+        if params
+            .as_ref()
+            .is_some_and(|p| !p.is_object() && !p.is_array())
+        {
+            return malformed;
+        }
+        // Otherwise never answered, whatever its params.
+        return Kind::Notification {
+            method: method.clone(),
+            params,
+        };
+    }
+    if params.as_ref().is_some_and(|p| !p.is_object()) {
+        return malformed;
+    }
+    match (object.get("method"), usable_id) {
+        (Some(Value::String(method)), Some(id)) => Kind::Request {
+            id,
+            method: method.clone(),
+            params,
+        },
+        (None, Some(_)) if object.contains_key("result") != object.contains_key("error") => {
+            Kind::Response
+        }
+        _ => malformed,
     }
 }

@@ -34,24 +34,14 @@ use proptest::sample::Index;
 use proptest::test_runner::TestCaseError;
 use serde_json::{json, Value};
 
-use crate::fixtures::{boom_tool, panic_tool, Captured};
+use crate::fixtures::{
+    boom_tool, kind, panic_tool, Captured, Kind, CAPS_KEY, SEP_VERSION, SUPPORTED, TASKS_EXT,
+    VERSION_KEY,
+};
 
 /// Longest any answer may take before the test calls it a hang. Only failing runs wait this
 /// long: every tool here finishes in well under a second.
 const HANG: Duration = Duration::from_secs(10);
-
-const SEP_VERSION: &str = "2026-07-28";
-const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
-const CAPS_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
-const TASKS_EXT: &str = "io.modelcontextprotocol/tasks";
-/// Versions a request's `_meta` may name (2026-07-28 plus those `initialize` accepts).
-const SUPPORTED: &[&str] = &[
-    "2026-07-28",
-    "2025-11-25",
-    "2025-06-18",
-    "2025-03-26",
-    "2024-11-05",
-];
 
 /// Real method names (both revisions, requests and notifications) and a few that exist in
 /// MCP but not in this server.
@@ -511,90 +501,6 @@ fn sep_meta() -> Value {
 }
 
 // ----- what each message should get ------------------------------------------------------
-
-/// What the spec says a message is, read independently of the server's parser.
-#[derive(Debug)]
-enum Kind {
-    /// Wants exactly one response with `id`.
-    Request {
-        id: Value,
-        method: String,
-        params: Option<Value>,
-    },
-    /// Gets nothing.
-    Notification {
-        method: String,
-        params: Option<Value>,
-    },
-    /// A response to a request of the server's: gets nothing.
-    Response,
-    /// Gets one error: -32700 when it is not JSON, else -32600 (or -32602 for params that
-    /// are not an object); its id when it had a usable one, else null.
-    Malformed {
-        parse_error: bool,
-        id: Option<Value>,
-    },
-}
-
-/// MCP ids are strings or integers (never null, never fractional); this server reads
-/// integers as i64.
-fn valid_id(id: &Value) -> bool {
-    id.is_string() || id.as_i64().is_some()
-}
-
-fn kind(text: &str) -> Kind {
-    let Ok(value) = serde_json::from_str::<Value>(text) else {
-        return Kind::Malformed {
-            parse_error: true,
-            id: None,
-        };
-    };
-    let Value::Object(object) = value else {
-        return Kind::Malformed {
-            parse_error: false,
-            id: None,
-        };
-    };
-    let id = object.get("id").cloned();
-    let usable_id = id.clone().filter(valid_id);
-    let malformed = Kind::Malformed {
-        parse_error: false,
-        id: usable_id.clone(),
-    };
-    if id.is_some() && usable_id.is_none() || object.get("jsonrpc") != Some(&json!("2.0")) {
-        return malformed;
-    }
-    // `null` params count as absent, as the server reads them.
-    let params = object.get("params").filter(|p| !p.is_null()).cloned();
-    if let (Some(Value::String(method)), None) = (object.get("method"), &id) {
-        // Params that are not structured make it no JSON-RPC message at all.
-        if params
-            .as_ref()
-            .is_some_and(|p| !p.is_object() && !p.is_array())
-        {
-            return malformed;
-        }
-        // Otherwise never answered, whatever its params.
-        return Kind::Notification {
-            method: method.clone(),
-            params,
-        };
-    }
-    if params.as_ref().is_some_and(|p| !p.is_object()) {
-        return malformed;
-    }
-    match (object.get("method"), usable_id) {
-        (Some(Value::String(method)), Some(id)) => Kind::Request {
-            id,
-            method: method.clone(),
-            params,
-        },
-        (None, Some(_)) if object.contains_key("result") != object.contains_key("error") => {
-            Kind::Response
-        }
-        _ => malformed,
-    }
-}
 
 /// What came back for one message.
 #[derive(Debug)]

@@ -11,6 +11,8 @@ use mcp_task_store::server::{demo, HttpOptions, HttpServer, Server};
 use mcp_task_store::{SessionId, Store, StoreConfig, TaskId, TaskStatus, TaskStore};
 use serde_json::{json, Value};
 
+use crate::fixtures::demo_http_server;
+
 fn options() -> HttpOptions {
     HttpOptions {
         max_body_bytes: 64 * 1024,
@@ -20,19 +22,7 @@ fn options() -> HttpOptions {
 }
 
 fn start() -> HttpServer {
-    start_with(options()).0
-}
-
-/// A server with the demo tools, and its store (to look behind a session that ended).
-fn start_with(options: HttpOptions) -> (HttpServer, Arc<dyn TaskStore>) {
-    let mut builder = Server::builder();
-    for tool in demo::tools() {
-        builder = builder.tool(tool);
-    }
-    let server = builder.build().unwrap();
-    let store = server.store();
-    let http = HttpServer::bind(server, "127.0.0.1:0", options).unwrap();
-    (http, store)
+    demo_http_server(options()).0
 }
 
 struct Reply {
@@ -657,7 +647,7 @@ fn blocked_tasks_result_calls_hold_no_http_worker() {
 
 #[test]
 fn deleting_a_session_cancels_its_live_tasks() {
-    let (http, store) = start_with(options());
+    let (http, store) = demo_http_server(options());
     let addr = http.local_addr();
     let session = initialize(addr);
     let tasks = [
@@ -703,7 +693,7 @@ fn dropping_the_server_cancels_its_sessions_live_tasks() {
 
 #[test]
 fn idle_sessions_are_ended_but_streaming_ones_are_kept() {
-    let (http, store) = start_with(HttpOptions {
+    let (http, store) = demo_http_server(HttpOptions {
         // Long enough for the steps before the wait below, even on a busy machine.
         session_idle_timeout: Duration::from_secs(1),
         ..options()
@@ -741,7 +731,7 @@ fn idle_sessions_are_ended_but_streaming_ones_are_kept() {
 
 #[test]
 fn a_failed_initialize_opens_no_session() {
-    let (http, _) = start_with(HttpOptions {
+    let (http, _) = demo_http_server(HttpOptions {
         max_sessions: 1,
         ..options()
     });
