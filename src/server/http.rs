@@ -302,10 +302,10 @@ impl Drop for HttpServer {
         for _ in 0..self.threads.len() {
             self.http.unblock();
         }
-        // The event router ends when the store's event channel closes (the store outlives
-        // us), so only the request workers and the reaper are joined.
-        let workers = self.state.options.workers.max(1);
-        for thread in self.threads.drain(..).take(workers + 1) {
+        // Every thread ends now: the request workers (unblocked), the reaper and the event
+        // router (both watch `stopping`). The router holds the state, and with it the
+        // server and an embedded store: left running, it would keep them for good.
+        for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
     }
@@ -319,10 +319,17 @@ fn serve_requests(http: &tiny_http::Server, state: &Arc<State>) {
 }
 
 fn route_events(state: &State, events: Receiver<StoreEvent>) {
-    for event in events {
-        if state.stopping.is_closed() {
-            return;
-        }
+    loop {
+        // The store's events end only when the store closes, which an embedded store does
+        // only once the state it belongs to is gone, and this thread holds that state: the
+        // router stops when the transport does.
+        let event = select! {
+            recv(events) -> event => match event {
+                Ok(event) => event,
+                Err(_) => return,
+            },
+            recv(state.stopping.closed()) -> _ => return,
+        };
         let session = match &event {
             StoreEvent::Status { session, .. } | StoreEvent::Expired { session, .. } => session,
             StoreEvent::Lagged { .. } => {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcp_task_store::server::{demo, HttpOptions, HttpServer, Server};
-use mcp_task_store::{SessionId, Store, StoreConfig, TaskId, TaskStatus, TaskStore};
+use mcp_task_store::{SessionId, Store, StoreConfig, StoreError, TaskId, TaskStatus, TaskStore};
 use serde_json::{json, Value};
 
 use crate::fixtures::demo_http_server;
@@ -688,6 +688,21 @@ fn dropping_the_server_cancels_its_sessions_live_tasks() {
         status_in_store(store.as_ref(), &session, &id),
         TaskStatus::Cancelled,
         "nobody could reach the task once the transport is gone"
+    );
+}
+
+#[test]
+fn dropping_the_server_stops_what_it_serves() {
+    // An embedded store lives as long as the server that the transport serves: once the
+    // transport is dropped, with nothing in flight, nothing may keep them running (each
+    // costs a store thread and the tool workers).
+    let (http, store) = demo_http_server(options());
+    let addr = http.local_addr();
+    ping_works(addr);
+    drop(http);
+    assert!(
+        matches!(store.list(None, None), Err(StoreError::Closed)),
+        "the embedded store still runs"
     );
 }
 
