@@ -7,6 +7,8 @@ mod handle;
 mod hostile;
 #[cfg(feature = "http")]
 mod http;
+#[cfg(feature = "http")]
+mod http_hostile;
 mod journal;
 mod model;
 mod server;
