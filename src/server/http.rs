@@ -38,10 +38,21 @@
 //! that stops reading a large answer holds that thread. Serve on loopback (the default),
 //! or put a reverse proxy that enforces header/body timeouts and size limits in front of it
 //! on an untrusted network.
+//!
+//! Two flaws of tiny_http 0.12 reach the process. A body that nobody read is drained, once
+//! its request is dropped, through a buffer of the size its `Content-Length` still
+//! promises. From 2^63 up that allocation panics (the client has its 413 by then, and the
+//! worker survives), but a smaller size the machine cannot allocate (with Linux's default
+//! overcommit, more than about its memory and swap) aborts the whole process: tiny_http's
+//! `Request` offers no way to answer without that drain. And a request line naming
+//! `HTTP/2.0` or `HTTP/3.0` is never answered: tiny_http's 505 waits for the request it
+//! refuses to be answered first, so that connection, and the thread tiny_http reads it on,
+//! hang until the process ends. Both need a fixed tiny_http, or the proxy in front.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -314,7 +325,13 @@ impl Drop for HttpServer {
 fn serve_requests(http: &tiny_http::Server, state: &Arc<State>) {
     while !state.stopping.is_closed() {
         let Ok(request) = http.recv() else { return };
-        handle(state, request);
+        // A panic while handling one request must not cost the transport a worker: with
+        // all of them gone it would serve nothing more. tiny_http itself panics after we
+        // answered some requests (see `handle`); a request dropped unanswered gets its 500.
+        let handled = std::panic::catch_unwind(AssertUnwindSafe(|| handle(state, request)));
+        if handled.is_err() {
+            log::error!("a request worker panicked; it goes on serving");
+        }
     }
 }
 
@@ -427,7 +444,18 @@ fn header<'a>(request: &'a Request, name: &'static str) -> Option<&'a str> {
 
 fn handle(state: &Arc<State>, request: Request) {
     let path = request.url().split('?').next().unwrap_or("");
-    let answer = if path != "/mcp" {
+    let max = state.options.max_body_bytes;
+    // Whatever the method: tiny_http 0.12 drains a body nobody read, once its request is
+    // dropped, through a buffer as large as what is still to come. Past isize::MAX that
+    // allocation panics, so such a request is answered here, on a worker that survives the
+    // panic (`serve_requests`), and never reaches an event stream's thread. (An allocation
+    // that fails below isize::MAX aborts the process: see "Limits" above.)
+    let answer = if request.body_length().is_some_and(|len| len > max) {
+        Answer::error(
+            413,
+            RpcError::invalid_request(format!("the body is larger than {max} bytes")),
+        )
+    } else if path != "/mcp" {
         Answer::error(404, RpcError::invalid_request("the MCP endpoint is /mcp"))
     } else if !origin_allowed(header(&request, "Origin"), &state.options.allowed_origins) {
         Answer::error(403, RpcError::invalid_request("origin not allowed"))
@@ -501,9 +529,7 @@ fn read_body(state: &State, request: &mut Request) -> Result<String, Answer> {
             RpcError::invalid_request(format!("the body is larger than {max} bytes")),
         )
     };
-    if request.body_length().is_some_and(|len| len > max) {
-        return Err(too_large());
-    }
+    // A declared length past `max` was refused in `handle`.
     let mut body = Vec::new();
     let read = request
         .as_reader()

@@ -22,9 +22,11 @@
 //! server refuses) the server's close may come as a reset, which can swallow its answer; only
 //! then may an answer be missing.
 //!
-//! Two inputs are left out, for flaws of tiny_http 0.12 under the transport: request
-//! lines naming `HTTP/2.0` or `HTTP/3.0`, which it never answers, and a `Content-Length`
-//! from 2^63 up or too large to allocate, whose drain panics or aborts the process.
+//! Two inputs are left out, for flaws of tiny_http 0.12 under the transport ("Limits" in
+//! `http.rs`): request lines naming `HTTP/2.0` or `HTTP/3.0`, which it never answers, and a
+//! `Content-Length` from 2^63 up or too large to allocate, whose drain panics or aborts
+//! the process. The tests at the end pin the panicking sizes, and (ignored until tiny_http
+//! is fixed) the first kind.
 //!
 //! Every read is bounded by [`HANG`]; nothing sleeps to synchronise. A run takes about a
 //! second in a debug build; raise the `cases` to hunt longer.
@@ -36,6 +38,7 @@ use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use mcp_task_store::server::{HttpOptions, HttpServer};
+use parking_lot::RwLock;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::TestCaseError;
@@ -63,6 +66,10 @@ fn server() -> HttpServer {
     })
     .0
 }
+
+/// Held for writing by the tests that make the transport panic on purpose (it survives),
+/// so that the properties, which hold it for reading, count no panic of theirs.
+static PANICS_ON_PURPOSE: RwLock<()> = RwLock::new(());
 
 /// Panics so far on the transport's threads (`mcp-http-*`), counted by a hook installed on
 /// first use. Tools panic on purpose in other tests, on threads of their own.
@@ -514,6 +521,7 @@ fn still_serves(addr: SocketAddr) -> Result<(), TestCaseError> {
 fn on_fresh_server(
     case: impl FnOnce(SocketAddr) -> Result<(), TestCaseError>,
 ) -> Result<(), TestCaseError> {
+    let _counting = PANICS_ON_PURPOSE.read();
     let panics = transport_panics();
     let http = server();
     let addr = http.local_addr();
@@ -1157,7 +1165,11 @@ fn expected(r: &Rendered, live: Option<&str>) -> Want {
             return Want::Silent;
         }
     }
-    // The transport: path, origin, protocol version, method.
+    // The transport: a declared body past the limit (whatever the method), path, origin,
+    // protocol version, method.
+    if framing.length.is_some_and(|n| n > MAX_BODY) {
+        return Want::Error(413, -32600);
+    }
     let path = r.line.split(' ').nth(1).unwrap_or("");
     if path.split('?').next() != Some("/mcp") {
         return Want::Error(404, -32600);
@@ -1205,9 +1217,6 @@ fn expected(r: &Rendered, live: Option<&str>) -> Want {
         .is_some_and(|t| t.to_ascii_lowercase().starts_with("application/json"));
     if !json {
         return Want::Error(415, -32600);
-    }
-    if framing.length.is_some_and(|n| n > MAX_BODY) {
-        return Want::Error(413, -32600);
     }
     let (body, incomplete) = if framing.upgrade {
         let short = framing.length.is_some_and(|n| r.wire.len() < n);
@@ -1823,5 +1832,55 @@ proptest! {
         specs in prop::collection::vec(any_spec(), 1..8),
     ) {
         on_fresh_server(|addr| run_requests(addr, &specs))?;
+    }
+}
+
+// ----- plain regression tests ------------------------------------------------------------
+
+/// A request declaring a body of `length` bytes and sending none of it.
+fn declaring(method: &str, session: &str, length: &str) -> Vec<u8> {
+    format!(
+        "{method} /mcp HTTP/1.1\r\nContent-Type: application/json\r\n\
+         Accept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\
+         Content-Length: {length}\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+#[test]
+fn a_huge_declared_body_costs_no_worker() {
+    // tiny_http 0.12 drains a body nobody read, when its request is dropped, through a
+    // buffer of the size still to come: past isize::MAX the allocation panics, on the
+    // thread that answered. Each such request used to cost a request worker (all of them
+    // and the transport served nothing more), or, on an event stream's own thread, its
+    // answer.
+    let _panicking = PANICS_ON_PURPOSE.write();
+    let http = server();
+    let addr = http.local_addr();
+    let session = open_session(addr).unwrap();
+    for length in ["18446744073709551615", "9223372036854775808"] {
+        for method in ["POST", "GET", "DELETE", "PUT"] {
+            for _ in 0..WORKERS {
+                let done = exchange(addr, &declaring(method, &session, length), false).unwrap();
+                let reply = done.replies.first().unwrap_or_else(|| panic!("{done:?}"));
+                check_reply(reply, false).unwrap();
+                assert_eq!(reply.status, 413, "{method} {length}: {reply:?}");
+            }
+        }
+    }
+    still_serves(addr).unwrap();
+}
+
+#[test]
+#[ignore = "tiny_http 0.12 never answers it (see \"Limits\" in http.rs)"]
+fn an_http2_request_line_gets_505() {
+    let http = server();
+    for raw in [
+        &b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..],
+        b"GET /mcp HTTP/3.0\r\n\r\n",
+    ] {
+        let done = exchange(http.local_addr(), raw, false).unwrap();
+        let statuses: Vec<u16> = done.replies.iter().map(|r| r.status).collect();
+        assert_eq!(statuses, [505], "{done:?}");
     }
 }
