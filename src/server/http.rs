@@ -17,7 +17,8 @@
 //! is written by whichever thread produces it, so a long tool call or a blocking
 //! `tasks/result` holds no worker (the connection bounds its waiting `tasks/result`
 //! calls), and each event stream runs on a thread of its own (one per session: a new `GET`
-//! replaces the session's stream, which ends).
+//! replaces the session's stream, which ends). Requests pipelined on one connection are
+//! handed over in the order they came.
 //! Bodies are limited in size, and a browser `Origin` other than loopback is refused (DNS
 //! rebinding).
 //!
@@ -59,7 +60,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use serde_json::Value;
 use tiny_http::{Header, Method, Request, Response, StatusCode};
 
@@ -196,6 +197,70 @@ struct State {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     options: HttpOptions,
     stopping: Closer,
+    /// Held while a worker takes the next request and its turn, so turns follow arrival.
+    receiving: Mutex<()>,
+    turns: Turns,
+}
+
+/// Whose turn it is on each client connection. tiny_http reads a connection's pipelined
+/// requests ahead (when their bodies are small) and hands them to different workers at
+/// once, but a request must be handled after the ones sent before it on its connection:
+/// a pipelined POST or DELETE may not overtake them (RFC 9112 §9.3.2). A request's turn
+/// ends once it was handed to its connection, not when it is answered.
+#[derive(Default)]
+struct Turns {
+    /// Per client address: the next turn to give out, and the turn being served.
+    connections: Mutex<HashMap<SocketAddr, (u64, u64)>>,
+    changed: Condvar,
+}
+
+/// A request's place on its connection; dropping it lets the next request go.
+struct Turn<'a> {
+    turns: &'a Turns,
+    place: Option<(SocketAddr, u64)>,
+}
+
+impl Turns {
+    /// The next turn on `from`'s connection (none for a client without an address).
+    fn take(&self, from: Option<SocketAddr>) -> Turn<'_> {
+        let place = from.map(|from| {
+            let mut connections = self.connections.lock();
+            let (next, _) = connections.entry(from).or_insert((0, 0));
+            *next += 1;
+            (from, *next - 1)
+        });
+        Turn { turns: self, place }
+    }
+}
+
+impl Turn<'_> {
+    /// Waits until the requests before this one on its connection were handled.
+    fn wait(&self) {
+        let Some((from, place)) = self.place else {
+            return;
+        };
+        let mut connections = self.turns.connections.lock();
+        while connections
+            .get(&from)
+            .is_some_and(|&(_, serving)| serving < place)
+        {
+            self.turns.changed.wait(&mut connections);
+        }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let Some((from, _)) = self.place else { return };
+        let mut connections = self.turns.connections.lock();
+        if let Some((next, serving)) = connections.get_mut(&from) {
+            *serving += 1;
+            if serving == next {
+                connections.remove(&from);
+            }
+        }
+        self.turns.changed.notify_all();
+    }
 }
 
 /// An HTTP answer before it is written.
@@ -251,6 +316,8 @@ impl HttpServer {
             sessions: Mutex::new(HashMap::new()),
             options,
             stopping: Closer::new(),
+            receiving: Mutex::new(()),
+            turns: Turns::default(),
         });
         let mut threads = Vec::new();
         for n in 0..state.options.workers.max(1) {
@@ -324,7 +391,13 @@ impl Drop for HttpServer {
 
 fn serve_requests(http: &tiny_http::Server, state: &Arc<State>) {
     while !state.stopping.is_closed() {
-        let Ok(request) = http.recv() else { return };
+        let (request, turn) = {
+            let _receiving = state.receiving.lock();
+            let Ok(request) = http.recv() else { return };
+            let turn = state.turns.take(request.remote_addr().copied());
+            (request, turn)
+        };
+        turn.wait();
         // A panic while handling one request must not cost the transport a worker: with
         // all of them gone it would serve nothing more. tiny_http itself panics after we
         // answered some requests (see `handle`); a request dropped unanswered gets its 500.
@@ -332,6 +405,7 @@ fn serve_requests(http: &tiny_http::Server, state: &Arc<State>) {
         if handled.is_err() {
             log::error!("a request worker panicked; it goes on serving");
         }
+        drop(turn);
     }
 }
 

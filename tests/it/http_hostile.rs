@@ -1884,3 +1884,39 @@ fn an_http2_request_line_gets_505() {
         assert_eq!(statuses, [505], "{done:?}");
     }
 }
+
+#[test]
+fn pipelined_requests_are_handled_in_order() {
+    // A client may pipeline requests on one connection; tiny_http reads small ones ahead
+    // and hands them to different workers at once. A POST or DELETE must not overtake the
+    // requests sent before it (RFC 9112 §9.3.2): the pings before a DELETE find their
+    // session, and the one after does not.
+    let http = server();
+    let addr = http.local_addr();
+    for round in 0..20 {
+        let session = open_session(addr).unwrap();
+        let with = [("Mcp-Session-Id", session.as_str())];
+        let ping = |id: usize| json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+        let keep_alive = |raw: Vec<u8>| {
+            String::from_utf8(raw)
+                .unwrap()
+                .replace("Connection: close", "Connection: keep-alive")
+                .into_bytes()
+        };
+        let mut raw = Vec::new();
+        for id in 0..8 {
+            raw.extend(keep_alive(post_bytes(&with, &ping(id))));
+        }
+        raw.extend(
+            format!("DELETE /mcp HTTP/1.1\r\nMcp-Session-Id: {session}\r\n\r\n").into_bytes(),
+        );
+        raw.extend(post_bytes(&with, &ping(8)));
+        let done = exchange(addr, &raw, false).unwrap();
+        let statuses: Vec<u16> = done.replies.iter().map(|r| r.status).collect();
+        assert_eq!(
+            statuses,
+            [200, 200, 200, 200, 200, 200, 200, 200, 200, 404],
+            "round {round}"
+        );
+    }
+}
