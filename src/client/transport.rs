@@ -239,6 +239,7 @@ impl Shared {
     /// A new session replaced a forgotten one (HTTP): the server numbers its requests
     /// afresh (a restarted server from 0 again), so the ids of the old session's requests
     /// are forgotten, lest a new request be dropped as a repeat of an old one.
+    #[cfg(feature = "http")]
     pub(crate) fn new_session(&self) {
         let mut inputs = self.inputs.lock();
         inputs.seen.clear();
