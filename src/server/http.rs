@@ -43,7 +43,8 @@
 //! Two flaws of tiny_http 0.12 reach the process. A body that nobody read is drained, once
 //! its request is dropped, through a buffer of the size its `Content-Length` still
 //! promises. From 2^63 up that allocation panics (the client has its 413 by then, and the
-//! worker survives), but a smaller size the machine cannot allocate (with Linux's default
+//! worker survives unless panics abort; the bytes after the head are then read as the next
+//! request), but a smaller size the machine cannot allocate (with Linux's default
 //! overcommit, more than about its memory and swap) aborts the whole process: tiny_http's
 //! `Request` offers no way to answer without that drain. And a request line naming
 //! `HTTP/2.0` or `HTTP/3.0` is never answered: tiny_http's 505 waits for the request it
@@ -76,9 +77,11 @@ use crate::TaskStore;
 pub struct HttpOptions {
     /// Largest request body accepted, in bytes (default 4 MiB); larger ones get HTTP 413.
     pub max_body_bytes: usize,
-    /// Threads that read requests and dispatch them (default 64). A request holds one only
+    /// Threads that read requests and dispatch them (default 64). A request holds one
     /// while its body is read and it is handed to its connection: answers that take time
-    /// (tool calls, a blocking `tasks/result`) and event streams do not hold one.
+    /// (tool calls, a blocking `tasks/result`) and event streams do not hold one. Requests
+    /// pipelined on one connection take their turns, each holding a worker while it waits,
+    /// and an answer written on a worker waits for the earlier answers on its connection.
     pub workers: usize,
     /// Most 2025-11-25 sessions open at once (default 1024).
     pub max_sessions: usize,
@@ -199,14 +202,17 @@ struct State {
     stopping: Closer,
     /// Held while a worker takes the next request and its turn, so turns follow arrival.
     receiving: Mutex<()>,
-    turns: Turns,
+    turns: Arc<Turns>,
 }
 
 /// Whose turn it is on each client connection. tiny_http reads a connection's pipelined
 /// requests ahead (when their bodies are small) and hands them to different workers at
 /// once, but a request must be handled after the ones sent before it on its connection:
 /// a pipelined POST or DELETE may not overtake them (RFC 9112 §9.3.2). A request's turn
-/// ends once it was handed to its connection, not when it is answered.
+/// ends once it was handed to its connection, or when its worker starts writing an answer
+/// (see [`respond`]), whichever comes first: never when it is answered, since tiny_http
+/// writes a connection's answers in order, and a cancel pipelined behind a long call must
+/// reach it before the call's answer is written.
 #[derive(Default)]
 struct Turns {
     /// Per client address: the next turn to give out, and the turn being served.
@@ -215,25 +221,51 @@ struct Turns {
 }
 
 /// A request's place on its connection; dropping it lets the next request go.
-struct Turn<'a> {
-    turns: &'a Turns,
+struct Turn {
+    turns: Arc<Turns>,
     place: Option<(SocketAddr, u64)>,
 }
 
 impl Turns {
     /// The next turn on `from`'s connection (none for a client without an address).
-    fn take(&self, from: Option<SocketAddr>) -> Turn<'_> {
+    fn take(self: &Arc<Self>, from: Option<SocketAddr>) -> Turn {
         let place = from.map(|from| {
             let mut connections = self.connections.lock();
             let (next, _) = connections.entry(from).or_insert((0, 0));
             *next += 1;
             (from, *next - 1)
         });
-        Turn { turns: self, place }
+        Turn {
+            turns: self.clone(),
+            place,
+        }
     }
 }
 
-impl Turn<'_> {
+thread_local! {
+    /// The turn of the request this worker handles, until it is over (see [`Turns`]).
+    static TURN: std::cell::RefCell<Option<Turn>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Ends this worker's turn, if it holds one for a request from `from` (any, for `None`).
+fn end_turn(from: Option<SocketAddr>) {
+    let turn = TURN.with(|turn| {
+        let mut turn = turn.borrow_mut();
+        match (&*turn, from) {
+            (
+                Some(Turn {
+                    place: Some((mine, _)),
+                    ..
+                }),
+                Some(from),
+            ) if *mine != from => None,
+            _ => turn.take(),
+        }
+    });
+    drop(turn);
+}
+
+impl Turn {
     /// Waits until the requests before this one on its connection were handled.
     fn wait(&self) {
         let Some((from, place)) = self.place else {
@@ -249,7 +281,7 @@ impl Turn<'_> {
     }
 }
 
-impl Drop for Turn<'_> {
+impl Drop for Turn {
     fn drop(&mut self) {
         let Some((from, _)) = self.place else { return };
         let mut connections = self.turns.connections.lock();
@@ -317,7 +349,7 @@ impl HttpServer {
             options,
             stopping: Closer::new(),
             receiving: Mutex::new(()),
-            turns: Turns::default(),
+            turns: Arc::new(Turns::default()),
         });
         let mut threads = Vec::new();
         for n in 0..state.options.workers.max(1) {
@@ -398,6 +430,7 @@ fn serve_requests(http: &tiny_http::Server, state: &Arc<State>) {
             (request, turn)
         };
         turn.wait();
+        TURN.with(|mine| *mine.borrow_mut() = Some(turn));
         // A panic while handling one request must not cost the transport a worker: with
         // all of them gone it would serve nothing more. tiny_http itself panics after we
         // answered some requests (see `handle`); a request dropped unanswered gets its 500.
@@ -405,7 +438,7 @@ fn serve_requests(http: &tiny_http::Server, state: &Arc<State>) {
         if handled.is_err() {
             log::error!("a request worker panicked; it goes on serving");
         }
-        drop(turn);
+        end_turn(None);
     }
 }
 
@@ -549,6 +582,9 @@ fn handle(state: &Arc<State>, request: Request) {
 }
 
 fn respond(request: Request, answer: Answer) {
+    // Writing may wait for the answers before this one on its connection (tiny_http
+    // writes them in order): the requests after it need not wait for that.
+    end_turn(request.remote_addr().copied());
     let body = answer
         .body
         .map(|b| serde_json::to_vec(&b).unwrap_or_default());

@@ -2000,7 +2000,7 @@ fn declaring(method: &str, session: &str, length: &str) -> Vec<u8> {
 }
 
 #[test]
-fn a_huge_declared_body_costs_no_worker() {
+fn a_declared_body_of_2_to_the_63_or_more_costs_no_worker() {
     // tiny_http 0.12 drains a body nobody read, when its request is dropped, through a
     // buffer of the size still to come: past isize::MAX the allocation panics, on the
     // thread that answered. Each such request used to cost a request worker (all of them
@@ -2071,4 +2071,41 @@ fn pipelined_requests_are_handled_in_order() {
             "round {round}"
         );
     }
+}
+
+#[test]
+fn a_cancel_pipelined_behind_a_notification_reaches_the_long_call_before_it() {
+    // A worker that writes an answer waits for the answers before it on its connection
+    // (here: a ten-minute call's). The requests after it must not wait for that too, or
+    // the cancel for that very call would only land once the call had ended.
+    let http = server();
+    let addr = http.local_addr();
+    let session = open_session(addr).unwrap();
+    let with = [("Mcp-Session-Id", session.as_str())];
+    let keep_alive = |raw: Vec<u8>| {
+        String::from_utf8(raw)
+            .unwrap()
+            .replace("Connection: close", "Connection: keep-alive")
+            .into_bytes()
+    };
+    let mut raw = Vec::new();
+    raw.extend(keep_alive(post_bytes(
+        &with,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "sleep", "arguments": {"ms": 600_000}}}),
+    )));
+    raw.extend(keep_alive(post_bytes(
+        &with,
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )));
+    raw.extend(post_bytes(
+        &with,
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": 1}}),
+    ));
+    // Within the exchange's hang bound, far below the call's ten minutes: the cancelled
+    // call ends unanswered (202), and so do the two notifications.
+    let done = exchange(addr, &raw, false).unwrap();
+    let statuses: Vec<u16> = done.replies.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [202, 202, 202]);
 }
