@@ -1092,10 +1092,18 @@ impl Client {
                 // The held tasks/result answers now: wait for it, but no longer than a
                 // request may take (and not past the deadline). If it ended early, a new
                 // one answers at once for an ended task.
-                let outcome = match held.take() {
+                let mut outcome = match held.take() {
                     Some(call) => self.wait_within(call, "tasks/result", follow.deadline_at()),
-                    None => self.ask("tasks/result", params, follow.deadline_at()),
+                    None => self.ask("tasks/result", params.clone(), follow.deadline_at()),
                 };
+                // A held one whose stream broke off just then (not a JSON-RPC answer, the
+                // connection still open) is asked once more: the task has ended, so a new
+                // one answers at once.
+                if matches!(&outcome, Err(e) if !matches!(e, ClientError::Rpc(_)))
+                    && self.inner.shared.closed_reason().is_none()
+                {
+                    outcome = self.ask("tasks/result", params, follow.deadline_at());
+                }
                 let outcome = match outcome {
                     Ok(Some(value)) => Ok(value),
                     Ok(None) => return self.deadline_passed(&id, follow),

@@ -761,6 +761,34 @@ fn a_sep2663_deadline_racing_the_tasks_completion_returns_the_result() {
 }
 
 #[test]
+fn a_held_tasks_result_lost_as_the_task_ends_is_asked_for_once_more() {
+    let mut results = 0;
+    let (stream, log) = scripted(move |method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        "tools/list" => tool_list("required"),
+        "tools/call" => Act::Answer(json!({"task": task("working")})),
+        "tasks/get" => Act::Answer(task("completed")),
+        // The first one's answer is lost (as a stream cut off would lose it).
+        "tasks/result" => {
+            results += 1;
+            if results == 1 {
+                Act::Ignore
+            } else {
+                Act::Answer(done())
+            }
+        }
+        _ => Act::Ignore,
+    });
+    let builder = Client::builder().request_timeout(Duration::from_millis(300));
+    let client = connect(builder, stream).unwrap();
+    let result = within(Duration::from_secs(10), move || {
+        client.call_tool("work", json!({}))
+    });
+    assert_eq!(result.unwrap(), done(), "{:?}", methods(&log));
+    assert_eq!(count(&log, "tasks/result"), 2);
+}
+
+#[test]
 fn the_tools_are_listed_again_after_the_server_says_they_changed() {
     let mut lists = 0;
     let (stream, log) = scripted(move |method, params| match method {
