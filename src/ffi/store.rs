@@ -52,7 +52,7 @@ impl mcpts_handle {
 /// What a store shares with all its handles.
 #[derive(Debug)]
 struct Owner {
-    /// The process that created the store (for the error message).
+    /// The process that created the store.
     pid: u32,
     /// [`forks::generation`] when the store was created. `fork()` copies the store's
     /// memory into the child but not its owner thread, so in a forked child a call would
@@ -73,9 +73,11 @@ impl Owner {
     }
 
     /// Whether this is a process other than the store's: a child forked after the store
-    /// was created (or a child's child, whatever pid it got).
+    /// was created. Either sign tells: the counter catches a descendant that got the
+    /// creator's pid back, the pid a fork that skips the atfork handlers (glibc's `_Fork`,
+    /// a raw `clone`).
     fn forked(&self) -> bool {
-        forks::generation() != self.generation
+        std::process::id() != self.pid || forks::generation() != self.generation
     }
 
     /// `Closed` once the store is freed, or at once in a forked child.
@@ -103,7 +105,8 @@ impl Owner {
 ///
 /// A process id alone misleads after pid reuse: a double-forking daemon's grandchild can
 /// get the pid of the long-gone creator, and would then wait on a thread that is not there.
-/// A counter that every fork's child increments cannot repeat.
+/// A counter that every fork's child increments cannot repeat; the pid still catches the
+/// forks that run no atfork handler ([`Owner::forked`] looks at both).
 mod forks {
     use std::sync::atomic::{AtomicU64, Ordering};
 

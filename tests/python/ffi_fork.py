@@ -74,28 +74,36 @@ def main(path):
     assert lib.mcpts_store_handle(store, ctypes.byref(handle)) == OK
     task_id = create(lib, handle)
 
-    with warnings.catch_warnings():
-        # Python warns that forking a multi-threaded process may deadlock the child: that
-        # is the very case under test.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:
-        try:
-            failures = child(lib, store, handle, task_id)
-        except BaseException:
-            traceback.print_exc()
-            failures = ["the child raised"]
-        for failure in failures:
-            print(f"ffi_fork.py: child: {failure}", file=sys.stderr)
-        sys.stderr.flush()
-        os._exit(1 if failures else 0)
+    # os.fork runs the atfork handlers; glibc's _Fork (2.34 and later) does not, as a raw
+    # clone would not: the library must tell the child either way.
+    libc = ctypes.CDLL(None)
+    if not hasattr(libc, "_Fork"):
+        raise SystemExit("ffi_fork.py: this C library has no _Fork (glibc 2.34 or later has)")
+    for name, fork in [("os.fork", os.fork), ("_Fork", libc._Fork)]:
+        with warnings.catch_warnings():
+            # Python warns that forking a multi-threaded process may deadlock the child:
+            # that is the very case under test.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = fork()
+        if pid == 0:
+            try:
+                failures = child(lib, store, handle, task_id)
+            except BaseException:
+                traceback.print_exc()
+                failures = ["the child raised"]
+            for failure in failures:
+                print(f"ffi_fork.py: {name} child: {failure}", file=sys.stderr)
+            sys.stderr.flush()
+            os._exit(1 if failures else 0)
 
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        sig = signal.Signals(os.WTERMSIG(status)).name
-        raise SystemExit(f"ffi_fork.py: the child was killed by {sig}: a call hung")
-    if os.WEXITSTATUS(status) != 0:
-        raise SystemExit(f"ffi_fork.py: the child failed (exit {os.WEXITSTATUS(status)})")
+        _, status = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(status):
+            sig = signal.Signals(os.WTERMSIG(status)).name
+            raise SystemExit(f"ffi_fork.py: the {name} child was killed by {sig}: a call hung")
+        if os.WEXITSTATUS(status) != 0:
+            raise SystemExit(
+                f"ffi_fork.py: the {name} child failed (exit {os.WEXITSTATUS(status)})"
+            )
 
     # The parent's store is untouched by what the child did.
     out = ctypes.POINTER(Bytes)()
