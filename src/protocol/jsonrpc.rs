@@ -210,13 +210,13 @@ pub fn classify(value: Value) -> Result<Message, Rejected> {
         let method = method.clone();
         return Ok(Message::Notification(Notification { method, params }));
     }
-    if params.as_ref().is_some_and(|params| !params.is_object()) {
-        return Err(Rejected {
-            id,
-            error: RpcError::invalid_params("params must be an object"),
-        });
-    }
     match (method, id) {
+        (Some(Value::String(_)), id) if params.as_ref().is_some_and(|p| !p.is_object()) => {
+            Err(Rejected {
+                id,
+                error: RpcError::invalid_params("params must be an object"),
+            })
+        }
         (Some(Value::String(method)), Some(id)) => {
             Ok(Message::Request(Request { id, method, params }))
         }
