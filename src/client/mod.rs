@@ -959,25 +959,33 @@ impl Client {
         let Ok(call) = self.start("tasks/cancel", json!({ "taskId": task_id })) else {
             return Err(error(false));
         };
-        match self.wait(call, Some(Instant::now() + CANCEL_WAIT)) {
+        // One budget for the cancel and the look after it.
+        let within = Instant::now() + CANCEL_WAIT;
+        match self.wait(call, Some(within)) {
             // SEP-2663 acknowledges a cancel of a task that already ended: a task that did
             // end otherwise meanwhile ends the call as it ended.
-            Ok(_) if self.revision() == Revision::Sep2663 => match self.ended_meanwhile(task_id) {
-                Some(end) if !matches!(end, Err(ClientError::TaskCancelled { .. })) => end,
-                _ => Err(error(true)),
-            },
+            Ok(_) if self.revision() == Revision::Sep2663 => {
+                match self.ended_meanwhile(task_id, within) {
+                    Some(end) if !matches!(end, Err(ClientError::TaskCancelled { .. })) => end,
+                    _ => Err(error(true)),
+                }
+            }
             Ok(_) => Err(error(true)),
             Err(Some(ClientError::Rpc(_))) => self
-                .ended_meanwhile(task_id)
+                .ended_meanwhile(task_id, within)
                 .unwrap_or_else(|| Err(error(false))),
             Err(_) => Err(error(false)),
         }
     }
 
-    /// How a task the server would not cancel ended, if a last look (bounded by
-    /// [`CANCEL_WAIT`]) finds it ended; `None` if it did not, or the look failed.
-    fn ended_meanwhile(&self, task_id: &str) -> Option<Result<Value, ClientError>> {
-        let within = Some(Instant::now() + CANCEL_WAIT);
+    /// How a task the server would not cancel ended, if a last look (by `within`) finds it
+    /// ended; `None` if it did not, or the look failed.
+    fn ended_meanwhile(
+        &self,
+        task_id: &str,
+        within: Instant,
+    ) -> Option<Result<Value, ClientError>> {
+        let within = Some(within);
         let params = json!({ "taskId": task_id });
         let polled = self.ask("tasks/get", params.clone(), within).ok()??;
         let polled = PolledTask::from_value(&polled).ok()?;
@@ -1092,6 +1100,7 @@ impl Client {
                 // The held tasks/result answers now: wait for it, but no longer than a
                 // request may take (and not past the deadline). If it ended early, a new
                 // one answers at once for an ended task.
+                let was_held = held.is_some();
                 let mut outcome = match held.take() {
                     Some(call) => self.wait_within(call, "tasks/result", follow.deadline_at()),
                     None => self.ask("tasks/result", params.clone(), follow.deadline_at()),
@@ -1099,7 +1108,8 @@ impl Client {
                 // A held one whose stream broke off just then (not a JSON-RPC answer, the
                 // connection still open) is asked once more: the task has ended, so a new
                 // one answers at once.
-                if matches!(&outcome, Err(e) if !matches!(e, ClientError::Rpc(_)))
+                if was_held
+                    && matches!(&outcome, Err(e) if !matches!(e, ClientError::Rpc(_)))
                     && self.inner.shared.closed_reason().is_none()
                 {
                     outcome = self.ask("tasks/result", params, follow.deadline_at());

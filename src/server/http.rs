@@ -212,7 +212,11 @@ struct State {
 /// ends once it was handed to its connection, or when its worker starts writing an answer
 /// (see [`respond`]), whichever comes first: never when it is answered, since tiny_http
 /// writes a connection's answers in order, and a cancel pipelined behind a long call must
-/// reach it before the call's answer is written.
+/// reach it before the call's answer is written. (A worker's turn is told from others by
+/// the client's address: an answer to another request from the same address, written on
+/// this worker, would end it early. No path does that today.) Work a handler does after
+/// its answer (a task's bookkeeping after its creation is answered) may overlap the next
+/// request's.
 #[derive(Default)]
 struct Turns {
     /// Per client address: the next turn to give out, and the turn being served.
