@@ -9,8 +9,9 @@
 //! [`StoreMachine`] (no threads, no clock reads: `now` and ids are arguments) and sleeps
 //! exactly until the next command or the next deadline (TTLs on a hierarchical timer wheel,
 //! timed waits in an exact map).
-//! It is the only thread that changes the machine; reads that change nothing (`get`,
-//! `get_detail`, `get_result`) are answered on the caller's thread under a read lock. Tests
+//! It is the only thread that changes the machine; without a journal, reads that change
+//! nothing (`get`, `get_detail`, `get_result`) are answered on the caller's thread under a
+//! read lock. Tests
 //! swap in a [`ManualClock`] and use [`StoreHandle::sync`] as a barrier.
 //!
 //! Layers, bottom up: [`model`] (wire and domain types), [`store`] (machine, wheel, actor,

@@ -6,7 +6,9 @@
 //! changes to it), answers the server's input requests through registered elicitation and
 //! sampling handlers (each request once), and returns the tool's final result, or a typed
 //! [`ClientError`] for a task that failed, was cancelled, expired, got stuck in
-//! `input_required`, or outlived the call's deadline.
+//! `input_required`, outlived the call's deadline, or could not be followed (its polls or
+//! updates failed three times in a row: `TaskAbandoned`). Passing failures are retried at
+//! the poll interval.
 //!
 //! - **2025-11-25**: `initialize` + `notifications/initialized`; a task is asked for
 //!   (`params.task`) when the tool's `execution.taskSupport` is `optional` or `required`

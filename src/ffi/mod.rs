@@ -42,8 +42,7 @@
 //!
 //! # Threads
 //!
-//! An [`mcpts_handle`] only sends commands on a channel, so one handle may be used from any
-//! number of threads at once. Freeing the [`mcpts_store`] stops and joins the store's owner
+//! An [`mcpts_handle`] is a store handle: any number of threads may use one at once. Freeing the [`mcpts_store`] stops and joins the store's owner
 //! thread; handles outlive it safely, and every call on them then gives
 //! `MCPTS_RESULT_CLOSED`. Each function's documentation states its own rules.
 //!

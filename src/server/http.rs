@@ -6,7 +6,8 @@
 //!   Such requests share one connection, so only bodies that speak 2026-07-28 themselves
 //!   (`_meta` protocol version, or `server/discover`) reach it: the `MCP-Protocol-Version`
 //!   header alone gets -32020 (HTTP 400), and the removed `tasks/list`, `tasks/result` and
-//!   `initialize` get -32601. An unsupported `MCP-Protocol-Version` gets HTTP 400.
+//!   `initialize` get -32601 (HTTP 200) whatever the headers say. An unsupported
+//!   `MCP-Protocol-Version` gets HTTP 400.
 //! - 2025-11-25 uses sessions: `initialize` opens one and answers with `Mcp-Session-Id`;
 //!   every later request must carry it, and its tasks live in a store session of the same
 //!   id, so one client never sees another's tasks. `GET /mcp` opens the session's event

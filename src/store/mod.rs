@@ -4,9 +4,10 @@
 //! Data flows one way: handle -> command over the inbox (a seat the owner polls, or a
 //! channel) -> actor -> machine; each command carries its own reply slot. A gate keeps the
 //! callers in flight at one fewer than the cores, so the owner thread keeps a core of its
-//! own. Reads that change nothing skip the trip: the owner changes the machine under a
-//! write lock and callers read it under a read lock (`shared`), falling back to a command
-//! when the read must settle an expired task.
+//! own. Without a journal, reads that change nothing skip the trip: the owner changes the
+//! machine under a write lock and callers read it under a read lock (`shared`), falling
+//! back to a command when the read must settle an expired task (or waited too long for
+//! the lock). With a journal every read is a command, so none shows an unsynced change.
 
 mod actor;
 mod clock;
