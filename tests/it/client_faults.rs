@@ -91,6 +91,15 @@ fn connect(builder: ClientBuilder, stream: UnixStream) -> Result<Client, ClientE
     builder.connect_streams(stream.try_clone().unwrap(), stream)
 }
 
+/// Connects `builder` over `stream` and calls the tool `work`, failing the test if that
+/// takes over 10 s.
+fn call_work(builder: ClientBuilder, stream: UnixStream) -> Result<Value, ClientError> {
+    let client = connect(builder, stream).unwrap();
+    within(Duration::from_secs(10), move || {
+        client.call_tool("work", json!({}))
+    })
+}
+
 fn initialized(version: &str) -> Act {
     Act::Answer(json!({
         "protocolVersion": version,
@@ -332,10 +341,7 @@ fn answers_to_a_tasks_requests_carry_the_related_task() {
     let builder = Client::builder()
         .request_timeout(Duration::from_millis(500))
         .on_elicitation(|_| Ok(json!({"action": "accept", "content": {"answer": "42"}})));
-    let client = connect(builder, stream).unwrap();
-    let ended = within(Duration::from_secs(10), move || {
-        client.call_tool("work", json!({})).unwrap_err()
-    });
+    let ended = call_work(builder, stream).unwrap_err();
     assert!(matches!(ended, ClientError::Timeout { .. }), "{ended}");
     let answer = answered(&log, "e1").expect("the elicitation was answered");
     assert_eq!(answer["result"]["action"], "accept", "{answer}");
@@ -481,10 +487,7 @@ fn a_tasks_result_that_ends_early_while_the_task_works_is_held_again() {
         "tasks/cancel" => Act::Answer(task("cancelled")),
         _ => Act::Ignore,
     });
-    let client = connect(Client::builder(), stream).unwrap();
-    let result = within(Duration::from_secs(10), move || {
-        client.call_tool("work", json!({}))
-    });
+    let result = call_work(Client::builder(), stream);
     assert_eq!(result.unwrap(), done());
     assert_eq!(count(&log, "tasks/result"), 2, "{:?}", methods(&log));
     assert_eq!(count(&log, "tasks/cancel"), 0, "{:?}", methods(&log));
@@ -502,10 +505,7 @@ fn a_tasks_result_that_keeps_ending_early_is_polled_at_the_interval_until_the_de
         _ => Act::Ignore,
     });
     let builder = Client::builder().deadline(Duration::from_millis(300));
-    let client = connect(builder, stream).unwrap();
-    let error = within(Duration::from_secs(10), move || {
-        client.call_tool("work", json!({})).unwrap_err()
-    });
+    let error = call_work(builder, stream).unwrap_err();
     assert!(
         matches!(&error, ClientError::Deadline { task_id: Some(id), cancelled: true, .. }
             if id == "t1"),
@@ -540,10 +540,7 @@ fn a_poll_that_times_out_once_is_tried_again() {
     let builder = Client::builder()
         .revision(Revision::Sep2663)
         .request_timeout(Duration::from_millis(500));
-    let client = connect(builder, stream).unwrap();
-    let result = within(Duration::from_secs(10), move || {
-        client.call_tool("work", json!({}))
-    });
+    let result = call_work(builder, stream);
     assert_eq!(result.unwrap(), done());
     assert_eq!(count(&log, "tasks/get"), 2);
 }
@@ -559,10 +556,7 @@ fn polls_that_keep_failing_abandon_the_task_and_name_it() {
         "tasks/cancel" => Act::Answer(task("cancelled")),
         _ => Act::Ignore,
     });
-    let client = connect(Client::builder(), stream).unwrap();
-    let error = within(Duration::from_secs(10), move || {
-        client.call_tool("work", json!({})).unwrap_err()
-    });
+    let error = call_work(Client::builder(), stream).unwrap_err();
     assert_eq!(error.task_id(), Some("t1"), "{error}");
     assert!(error.is_transport(), "{error}");
     assert!(error.to_string().contains("t1"), "{error}");
@@ -609,10 +603,7 @@ fn a_failed_tasks_update_is_sent_again_without_asking_the_handler_twice() {
             *counter.lock().unwrap() += 1;
             Ok(json!({"action": "accept", "content": {}}))
         });
-    let client = connect(builder, stream).unwrap();
-    let result = within(Duration::from_secs(10), move || {
-        client.call_tool("work", json!({}))
-    });
+    let result = call_work(builder, stream);
     assert_eq!(result.unwrap(), done());
     assert_eq!(*asked.lock().unwrap(), 1);
     assert_eq!(count(&log, "tasks/update"), 2, "{:?}", methods(&log));
@@ -636,10 +627,7 @@ fn a_deadline_whose_cancel_is_refused_as_the_task_completed_returns_the_result()
         _ => Act::Ignore,
     });
     let builder = Client::builder().deadline(Duration::from_millis(300));
-    let client = connect(builder, stream).unwrap();
-    let result = within(Duration::from_secs(10), move || {
-        client.call_tool("work", json!({}))
-    });
+    let result = call_work(builder, stream);
     assert_eq!(result.unwrap(), done(), "{:?}", methods(&log));
 }
 
@@ -654,10 +642,7 @@ fn a_deadline_whose_cancel_fails_does_not_claim_the_task_was_cancelled() {
         _ => Act::Ignore,
     });
     let builder = Client::builder().deadline(Duration::from_millis(300));
-    let client = connect(builder, stream).unwrap();
-    let error = within(Duration::from_secs(10), move || {
-        client.call_tool("work", json!({})).unwrap_err()
-    });
+    let error = call_work(builder, stream).unwrap_err();
     assert!(
         matches!(&error, ClientError::Deadline { task_id: Some(id), .. } if id == "t1"),
         "{error}"
@@ -675,10 +660,7 @@ fn a_result_in_hand_is_kept_when_the_last_poll_finds_the_task_gone() {
         "tasks/get" => Act::Fail(-32602),
         _ => Act::Ignore,
     });
-    let client = connect(Client::builder(), stream).unwrap();
-    let result = within(Duration::from_secs(10), move || {
-        client.call_tool("work", json!({}))
-    });
+    let result = call_work(Client::builder(), stream);
     assert_eq!(result.unwrap(), done());
 }
 
@@ -692,10 +674,7 @@ fn a_tool_error_in_hand_fails_the_call_even_when_the_last_poll_fails() {
         "tasks/get" => Act::Fail(-32603),
         _ => Act::Ignore,
     });
-    let client = connect(Client::builder(), stream).unwrap();
-    let error = within(Duration::from_secs(10), move || {
-        client.call_tool("work", json!({})).unwrap_err()
-    });
+    let error = call_work(Client::builder(), stream).unwrap_err();
     assert!(
         matches!(&error, ClientError::TaskFailed { result: Some(r), .. } if r["isError"] == true),
         "{error}"
@@ -721,10 +700,7 @@ fn a_tasks_update_refused_with_invalid_params_is_retried_then_the_task_cancelled
     let builder = Client::builder()
         .revision(Revision::Sep2663)
         .on_elicitation(|_| Ok(json!({"action": "accept", "content": {}})));
-    let client = connect(builder, stream).unwrap();
-    let error = within(Duration::from_secs(10), move || {
-        client.call_tool("work", json!({})).unwrap_err()
-    });
+    let error = call_work(builder, stream).unwrap_err();
     assert!(
         matches!(&error, ClientError::TaskAbandoned { task_id, .. } if task_id == "t1"),
         "{error}"
@@ -753,10 +729,7 @@ fn a_sep2663_deadline_racing_the_tasks_completion_returns_the_result() {
     let builder = Client::builder()
         .revision(Revision::Sep2663)
         .deadline(Duration::from_millis(300));
-    let client = connect(builder, stream).unwrap();
-    let result = within(Duration::from_secs(10), move || {
-        client.call_tool("work", json!({}))
-    });
+    let result = call_work(builder, stream);
     assert_eq!(result.unwrap(), done(), "{:?}", methods(&log));
 }
 
@@ -780,10 +753,7 @@ fn a_held_tasks_result_lost_as_the_task_ends_is_asked_for_once_more() {
         _ => Act::Ignore,
     });
     let builder = Client::builder().request_timeout(Duration::from_millis(300));
-    let client = connect(builder, stream).unwrap();
-    let result = within(Duration::from_secs(10), move || {
-        client.call_tool("work", json!({}))
-    });
+    let result = call_work(builder, stream);
     assert_eq!(result.unwrap(), done(), "{:?}", methods(&log));
     assert_eq!(count(&log, "tasks/result"), 2);
 }
