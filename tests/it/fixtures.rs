@@ -158,10 +158,11 @@ pub fn kind(text: &str) -> Kind {
             params,
         };
     }
-    if params.as_ref().is_some_and(|p| !p.is_object()) {
-        return malformed;
-    }
     match (object.get("method"), usable_id) {
+        // A request's params are an object; a response's stray params mean nothing.
+        (Some(Value::String(_)), Some(_)) if params.as_ref().is_some_and(|p| !p.is_object()) => {
+            malformed
+        }
         (Some(Value::String(method)), Some(id)) => Kind::Request {
             id,
             method: method.clone(),
