@@ -626,13 +626,16 @@ fn origin_allowed(origin: Option<&str>, allowed: &[String]) -> bool {
     matches!(host, "localhost" | "127.0.0.1" | "::1")
 }
 
+/// Whether a `Content-Type` names `application/json`, parameters (`; charset=utf-8`) aside;
+/// `application/jsonx` does not.
+fn is_json_media_type(content_type: &str) -> bool {
+    let media_type = content_type.split(';').next().unwrap_or("").trim();
+    media_type.eq_ignore_ascii_case("application/json")
+}
+
 fn read_body(state: &State, request: &mut Request) -> Result<String, Answer> {
     let max = state.options.max_body_bytes;
-    let content_type = header(request, "Content-Type").unwrap_or("");
-    if !content_type
-        .to_ascii_lowercase()
-        .starts_with("application/json")
-    {
+    if !is_json_media_type(header(request, "Content-Type").unwrap_or("")) {
         return Err(Answer::error(
             415,
             RpcError::invalid_request("Content-Type must be application/json"),

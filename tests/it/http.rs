@@ -167,6 +167,23 @@ fn bad_http_input_gets_its_status_and_error_and_the_server_keeps_serving() {
         ping.as_bytes(),
     );
     assert_eq!((wrong_type.status, wrong_type.code()), (415, -32600));
+    let look_alike = send(
+        addr,
+        "POST",
+        &[("Content-Type", "application/jsonx")],
+        ping.as_bytes(),
+    );
+    assert_eq!((look_alike.status, look_alike.code()), (415, -32600));
+    let with_charset = send(
+        addr,
+        "POST",
+        &[("Content-Type", "Application/JSON; charset=utf-8")],
+        ping.as_bytes(),
+    );
+    assert_ne!(
+        with_charset.status, 415,
+        "parameters and case do not matter"
+    );
 
     let huge = format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,

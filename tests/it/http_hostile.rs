@@ -1223,9 +1223,11 @@ fn expected(r: &Rendered, live: Option<&str>) -> Want {
         _ => return Want::Error(405, -32600),
     }
     // POST: the body.
-    let json = r
-        .header("Content-Type")
-        .is_some_and(|t| t.to_ascii_lowercase().starts_with("application/json"));
+    // The media type, parameters aside.
+    let json = r.header("Content-Type").is_some_and(|t| {
+        let media_type = t.split(';').next().unwrap_or("").trim();
+        media_type.eq_ignore_ascii_case("application/json")
+    });
     if !json {
         return Want::Error(415, -32600);
     }
