@@ -549,7 +549,7 @@ fn dispatch_on_thread(
     f: &Fixture,
     request: String,
     timeout_ms: u64,
-) -> std::thread::JoinHandle<(mcpts_result, Option<serde_json::Value>)> {
+) -> std::sync::mpsc::Receiver<(mcpts_result, Option<serde_json::Value>)> {
     let mut own: *mut mcpts_handle = ptr::null_mut();
     // SAFETY: the fixture's handle is live; `own` is freed once, by the thread.
     assert_eq!(
@@ -557,6 +557,7 @@ fn dispatch_on_thread(
         mcpts_result::Ok
     );
     let own_addr = own as usize;
+    let (done, outcome) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let own = own_addr as *mut mcpts_handle;
         let mut out: *mut mcpts_bytes = ptr::null_mut();
@@ -572,21 +573,17 @@ fn dispatch_on_thread(
                 &mut out,
             );
             mcpts_handle_free(own);
-            (code, (code == mcpts_result::Ok).then(|| take_json(out)))
+            let _ = done.send((code, (code == mcpts_result::Ok).then(|| take_json(out))));
         }
-    })
+    });
+    outcome
 }
 
-/// Waits up to 10 s for a dispatch thread; `None` if it is still blocked.
-fn join_within<T>(thread: std::thread::JoinHandle<T>) -> Option<T> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !thread.is_finished() {
-        if std::time::Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    Some(thread.join().unwrap())
+/// Waits up to 10 s for a dispatch thread's outcome; `None` if it is still blocked.
+fn join_within<T>(outcome: std::sync::mpsc::Receiver<T>) -> Option<T> {
+    outcome
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .ok()
 }
 
 /// `mcpts_handle_dispatch_timeout` bounds a 2025-11-25 `tasks/result`: when the task is
@@ -601,12 +598,10 @@ fn dispatch_timeout_bounds_tasks_result() {
             id.to_str().unwrap()
         )
     };
-    let started = std::time::Instant::now();
     let Some((code, response)) = join_within(dispatch_on_thread(&f, request(1), 50)) else {
         panic!("tasks/result with a 50 ms timeout was still waiting after 10 s");
     };
     assert_eq!(code, mcpts_result::Ok);
-    assert!(started.elapsed() >= std::time::Duration::from_millis(50));
     let response = response.unwrap();
     assert_eq!(response["id"], 1);
     assert_eq!(response["error"]["code"], -32603);
