@@ -16,7 +16,6 @@ use crate::fixtures::demo_http_server;
 fn options() -> HttpOptions {
     HttpOptions {
         max_body_bytes: 64 * 1024,
-        workers: 8,
         ..HttpOptions::default()
     }
 }
@@ -621,7 +620,7 @@ fn blocked_tasks_result_calls_hold_no_http_worker() {
         ("Content-Type", "application/json"),
         ("Mcp-Session-Id", session.as_str()),
     ];
-    // More waiting calls than the server has workers (8).
+    // Twelve waiting calls, each on a connection of its own.
     let blocked: Vec<TcpStream> = (0..12)
         .map(|_| write_request(addr, "POST", &headers, body.as_bytes()))
         .collect();

@@ -65,7 +65,6 @@ const BUFFERED: usize = 1024;
 fn server() -> HttpServer {
     demo_http_server(HttpOptions {
         max_body_bytes: MAX_BODY,
-        workers: WORKERS,
         allowed_origins: vec![LISTED_ORIGIN.into()],
         ..HttpOptions::default()
     })

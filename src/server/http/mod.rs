@@ -14,12 +14,12 @@
 //!   stream (server-sent events) for status notifications and server-to-client requests
 //!   such as elicitation; `DELETE /mcp` ends the session.
 //!
-//! A fixed number of workers read requests and hand them to their connection. An answer
-//! is written by whichever thread produces it, so a long tool call or a blocking
-//! `tasks/result` holds no worker (the connection bounds its waiting `tasks/result`
-//! calls), and each event stream runs on a thread of its own (one per session: a new `GET`
-//! replaces the session's stream, which ends). Requests pipelined on one connection are
-//! handed over in the order they came.
+//! Each connection is read by a thread of its own, which hands every request to its
+//! connection and reads the next: an answer is written by whichever thread produces it,
+//! in the order the requests came (see `conn`), so a long tool call or a blocking
+//! `tasks/result` holds no thread of the transport (the connection bounds its waiting
+//! `tasks/result` calls). An event stream keeps its connection's thread while it lasts
+//! (one per session: a new `GET` replaces the session's stream, which ends).
 //! Bodies are limited in size, and a browser `Origin` other than loopback is refused (DNS
 //! rebinding).
 //!
@@ -29,42 +29,28 @@
 //!
 //! # Limits
 //!
-//! `tiny_http` 0.12 accepts connections itself and reads each on a thread of its own, with
-//! no read or write timeout and no cap on the size of a header line; it offers no way to
-//! set either (`Server::from_listener` takes a listener, not vetted streams, and a
-//! `SO_RCVTIMEO` on the listener, which accepted sockets would inherit, also makes
-//! `accept` time out, which ends tiny_http's accept loop for good). So many idle
-//! connections cost a thread each, an endless header line grows without bound, and a body
-//! that stalls holds a request worker until the client hangs up: `workers` stalled bodies
-//! stall the transport. An answer is written by the thread that produced it, so a client
-//! that stops reading a large answer holds that thread. Serve on loopback (the default),
-//! or put a reverse proxy that enforces header/body timeouts and size limits in front of it
-//! on an untrusted network.
-//!
-//! Two flaws of tiny_http 0.12 reach the process. A body that nobody read is drained, once
-//! its request is dropped, through a buffer of the size its `Content-Length` still
-//! promises. From 2^63 up that allocation panics (the client has its 413 by then, and the
-//! worker survives unless panics abort; the bytes after the head are then read as the next
-//! request), but a smaller size the machine cannot allocate (with Linux's default
-//! overcommit, more than about its memory and swap) aborts the whole process: tiny_http's
-//! `Request` offers no way to answer without that drain. And a request line naming
-//! `HTTP/2.0` or `HTTP/3.0` is never answered: tiny_http's 505 waits for the request it
-//! refuses to be answered first, so that connection, and the thread tiny_http reads it on,
-//! hang until the process ends. Both need a fixed tiny_http, or the proxy in front.
+//! The HTTP/1.1 layer is the crate's own (`wire` and `conn`): plain HTTP only (no TLS, no
+//! HTTP/2), bodies framed by `Content-Length` or chunked, every wait bounded
+//! ([`HttpOptions::read_timeout`], [`HttpOptions::idle_timeout`],
+//! [`HttpOptions::write_timeout`]) and every size capped (heads at 64 KiB and 100 fields,
+//! bodies at [`HttpOptions::max_body_bytes`], connections at
+//! [`HttpOptions::max_connections`]). Nothing is allocated from what a client declares.
+//! Serve on loopback (the default), or behind a reverse proxy for TLS and rate limits.
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, ToSocketAddrs};
-use std::panic::AssertUnwindSafe;
+use std::io;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use serde_json::Value;
-use tiny_http::{Header, Method, Request, Response, StatusCode};
+
+use self::conn::{ConnOptions, EventStream, Request, Responder, Transport};
+use self::wire::{Head, Limits};
 
 use super::connection::{supported_version, unsupported_version};
 use super::{Connection, Server};
@@ -73,17 +59,31 @@ use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::protocol::{header_value, sep2663, RequestMeta};
 use crate::TaskStore;
 
+mod conn;
+mod wire;
+
+/// Bytes a request head may hold (request line, fields, line ends).
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Field lines a request head may hold.
+const MAX_HEADER_FIELDS: usize = 100;
+
 /// Settings of the HTTP transport.
 #[derive(Clone, Debug)]
 pub struct HttpOptions {
     /// Largest request body accepted, in bytes (default 4 MiB); larger ones get HTTP 413.
     pub max_body_bytes: usize,
-    /// Threads that read requests and dispatch them (default 64). A request holds one
-    /// while its body is read and it is handed to its connection: answers that take time
-    /// (tool calls, a blocking `tasks/result`) and event streams do not hold one. Requests
-    /// pipelined on one connection take their turns, each holding a worker while it waits,
-    /// and an answer written on a worker waits for the earlier answers on its connection.
-    pub workers: usize,
+    /// Client connections open at once (default 1024), each read by a thread of its own;
+    /// one more gets HTTP 503 and is closed.
+    pub max_connections: usize,
+    /// A request must arrive whole (head and body) within this of its first byte, else it
+    /// gets HTTP 408 and the connection closes (default 30 s).
+    pub read_timeout: Duration,
+    /// A connection with no request coming and no answer due closes after this (default
+    /// 2 minutes).
+    pub idle_timeout: Duration,
+    /// A write that makes no progress for this long ends its connection: a client that
+    /// stopped reading holds no thread longer (default 30 s).
+    pub write_timeout: Duration,
     /// Most 2025-11-25 sessions open at once (default 1024).
     pub max_sessions: usize,
     /// A 2025-11-25 session with no request in progress, no open event stream and no
@@ -98,7 +98,10 @@ impl Default for HttpOptions {
     fn default() -> Self {
         HttpOptions {
             max_body_bytes: 4 * 1024 * 1024,
-            workers: 64,
+            max_connections: 1024,
+            read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(120),
+            write_timeout: Duration::from_secs(30),
             max_sessions: 1024,
             session_idle_timeout: Duration::from_secs(30 * 60),
             allowed_origins: Vec::new(),
@@ -111,7 +114,7 @@ impl Default for HttpOptions {
 /// them again.
 pub struct HttpServer {
     addr: SocketAddr,
-    http: Arc<tiny_http::Server>,
+    transport: Transport,
     state: Arc<State>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -201,103 +204,6 @@ struct State {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     options: HttpOptions,
     stopping: Closer,
-    /// Held while a worker takes the next request and its turn, so turns follow arrival.
-    receiving: Mutex<()>,
-    turns: Arc<Turns>,
-}
-
-/// Whose turn it is on each client connection. tiny_http reads a connection's pipelined
-/// requests ahead (when their bodies are small) and hands them to different workers at
-/// once, but a request must be handled after the ones sent before it on its connection:
-/// a pipelined POST or DELETE may not overtake them (RFC 9112 §9.3.2). A request's turn
-/// ends once it was handed to its connection, or when its worker starts writing an answer
-/// (see [`respond`]), whichever comes first: never when it is answered, since tiny_http
-/// writes a connection's answers in order, and a cancel pipelined behind a long call must
-/// reach it before the call's answer is written. (A worker's turn is told from others by
-/// the client's address: an answer to another request from the same address, written on
-/// this worker, would end it early. No path does that today.) Work a handler does after
-/// its answer (a task's bookkeeping after its creation is answered) may overlap the next
-/// request's.
-#[derive(Default)]
-struct Turns {
-    /// Per client address: the next turn to give out, and the turn being served.
-    connections: Mutex<HashMap<SocketAddr, (u64, u64)>>,
-    changed: Condvar,
-}
-
-/// A request's place on its connection; dropping it lets the next request go.
-struct Turn {
-    turns: Arc<Turns>,
-    place: Option<(SocketAddr, u64)>,
-}
-
-impl Turns {
-    /// The next turn on `from`'s connection (none for a client without an address).
-    fn take(self: &Arc<Self>, from: Option<SocketAddr>) -> Turn {
-        let place = from.map(|from| {
-            let mut connections = self.connections.lock();
-            let (next, _) = connections.entry(from).or_insert((0, 0));
-            *next += 1;
-            (from, *next - 1)
-        });
-        Turn {
-            turns: self.clone(),
-            place,
-        }
-    }
-}
-
-thread_local! {
-    /// The turn of the request this worker handles, until it is over (see [`Turns`]).
-    static TURN: std::cell::RefCell<Option<Turn>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Ends this worker's turn, if it holds one for a request from `from` (any, for `None`).
-fn end_turn(from: Option<SocketAddr>) {
-    let turn = TURN.with(|turn| {
-        let mut turn = turn.borrow_mut();
-        match (&*turn, from) {
-            (
-                Some(Turn {
-                    place: Some((mine, _)),
-                    ..
-                }),
-                Some(from),
-            ) if *mine != from => None,
-            _ => turn.take(),
-        }
-    });
-    drop(turn);
-}
-
-impl Turn {
-    /// Waits until the requests before this one on its connection were handled.
-    fn wait(&self) {
-        let Some((from, place)) = self.place else {
-            return;
-        };
-        let mut connections = self.turns.connections.lock();
-        while connections
-            .get(&from)
-            .is_some_and(|&(_, serving)| serving < place)
-        {
-            self.turns.changed.wait(&mut connections);
-        }
-    }
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        let Some((from, _)) = self.place else { return };
-        let mut connections = self.turns.connections.lock();
-        if let Some((next, serving)) = connections.get_mut(&from) {
-            *serving += 1;
-            if serving == next {
-                connections.remove(&from);
-            }
-        }
-        self.turns.changed.notify_all();
-    }
 }
 
 /// An HTTP answer before it is written.
@@ -340,11 +246,7 @@ impl HttpServer {
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind"))?;
-        let http = Arc::new(tiny_http::Server::http(addr).map_err(io::Error::other)?);
-        let addr = http
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| io::Error::other("not an IP listener"))?;
+        let listener = TcpListener::bind(addr)?;
         // Stateless requests need no outgoing messages: drop the receiver so nothing queues.
         let (unread, _) = crossbeam_channel::bounded(1);
         let state = Arc::new(State {
@@ -353,18 +255,20 @@ impl HttpServer {
             sessions: Mutex::new(HashMap::new()),
             options,
             stopping: Closer::new(),
-            receiving: Mutex::new(()),
-            turns: Arc::new(Turns::default()),
         });
+        let options = &state.options;
+        let conn_options = ConnOptions {
+            limits: Limits {
+                head_bytes: MAX_HEAD_BYTES,
+                headers: MAX_HEADER_FIELDS,
+                body_bytes: options.max_body_bytes,
+            },
+            max_connections: options.max_connections.max(1),
+            read_timeout: options.read_timeout.max(Duration::from_millis(1)),
+            idle_timeout: options.idle_timeout.max(Duration::from_millis(1)),
+            write_timeout: options.write_timeout.max(Duration::from_millis(1)),
+        };
         let mut threads = Vec::new();
-        for n in 0..state.options.workers.max(1) {
-            let (http, state) = (http.clone(), state.clone());
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("mcp-http-{n}"))
-                    .spawn(move || serve_requests(&http, &state))?,
-            );
-        }
         let reaper_state = state.clone();
         threads.push(
             std::thread::Builder::new()
@@ -382,9 +286,15 @@ impl HttpServer {
                 .name("mcp-http-events".into())
                 .spawn(move || route_events(&events_state, events))?,
         );
+        let handler_state = state.clone();
+        let transport = Transport::start(
+            listener,
+            conn_options,
+            Arc::new(move |request| handle(&handler_state, request)),
+        )?;
         Ok(HttpServer {
-            addr,
-            http,
+            addr: transport.local_addr(),
+            transport,
             state,
             threads,
         })
@@ -414,36 +324,13 @@ impl Drop for HttpServer {
         for (_, session) in sessions {
             end_session(&self.state, &session);
         }
-        for _ in 0..self.threads.len() {
-            self.http.unblock();
-        }
-        // Every thread ends now: the request workers (unblocked), the reaper and the event
-        // router (both watch `stopping`). The router holds the state, and with it the
-        // server and an embedded store: left running, it would keep them for good.
+        // Every thread ends now: the connections' (closed), the reaper and the event router
+        // (both watch `stopping`). The router holds the state, and with it the server and
+        // an embedded store: left running, it would keep them for good.
+        self.transport.stop();
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
-    }
-}
-
-fn serve_requests(http: &tiny_http::Server, state: &Arc<State>) {
-    while !state.stopping.is_closed() {
-        let (request, turn) = {
-            let _receiving = state.receiving.lock();
-            let Ok(request) = http.recv() else { return };
-            let turn = state.turns.take(request.remote_addr().copied());
-            (request, turn)
-        };
-        turn.wait();
-        TURN.with(|mine| *mine.borrow_mut() = Some(turn));
-        // A panic while handling one request must not cost the transport a worker: with
-        // all of them gone it would serve nothing more. tiny_http itself panics after we
-        // answered some requests (see `handle`); a request dropped unanswered gets its 500.
-        let handled = std::panic::catch_unwind(AssertUnwindSafe(|| handle(state, request)));
-        if handled.is_err() {
-            log::error!("a request worker panicked; it goes on serving");
-        }
-        end_turn(None);
     }
 }
 
@@ -546,66 +433,46 @@ fn cancel_live_tasks(store: &dyn TaskStore, session: &SessionId) {
     }
 }
 
-fn header<'a>(request: &'a Request, name: &'static str) -> Option<&'a str> {
-    request
-        .headers()
-        .iter()
-        .find(|h| h.field.equiv(name))
-        .map(|h| h.value.as_str())
-}
-
 fn handle(state: &Arc<State>, request: Request) {
-    let path = request.url().split('?').next().unwrap_or("");
-    let max = state.options.max_body_bytes;
-    // Whatever the method: tiny_http 0.12 drains a body nobody read, once its request is
-    // dropped, through a buffer as large as what is still to come. Past isize::MAX that
-    // allocation panics, so such a request is answered here, on a worker that survives the
-    // panic (`serve_requests`), and never reaches an event stream's thread. (An allocation
-    // that fails below isize::MAX aborts the process: see "Limits" above.)
-    let answer = if request.body_length().is_some_and(|len| len > max) {
-        Answer::error(
-            413,
-            RpcError::invalid_request(format!("the body is larger than {max} bytes")),
-        )
-    } else if path != "/mcp" {
+    let Request {
+        head,
+        body,
+        responder,
+    } = request;
+    let path = head.target.split('?').next().unwrap_or("");
+    // A declared body past the limit was refused with 413 before it was read (`conn`).
+    let answer = if path != "/mcp" {
         Answer::error(404, RpcError::invalid_request("the MCP endpoint is /mcp"))
-    } else if !origin_allowed(header(&request, "Origin"), &state.options.allowed_origins) {
+    } else if !origin_allowed(head.field("Origin"), &state.options.allowed_origins) {
         Answer::error(403, RpcError::invalid_request("origin not allowed"))
-    } else if let Some(version) =
-        header(&request, "MCP-Protocol-Version").filter(|v| !supported_version(v))
+    } else if let Some(version) = head
+        .field("MCP-Protocol-Version")
+        .filter(|v| !supported_version(v))
     {
         Answer::error(400, unsupported_version(version))
     } else {
-        match request.method() {
-            Method::Post => return post(state, request),
-            Method::Get => return get(state, request),
-            Method::Delete => delete(state, &request),
+        match head.method.as_str() {
+            "POST" => return post(state, &head, body, responder),
+            "GET" => return get(state, &head, responder),
+            "DELETE" => delete(state, &head),
             _ => Answer::error(405, RpcError::invalid_request("use POST, GET or DELETE")),
         }
     };
-    respond(request, answer);
+    respond(responder, answer);
 }
 
-fn respond(request: Request, answer: Answer) {
-    // Writing may wait for the answers before this one on its connection (tiny_http
-    // writes them in order): the requests after it need not wait for that.
-    end_turn(request.remote_addr().copied());
+fn respond(responder: Responder, answer: Answer) {
     let body = answer
         .body
         .map(|b| serde_json::to_vec(&b).unwrap_or_default());
-    let mut response = match body {
-        Some(body) => Response::from_data(body).with_header(
-            Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]).expect("ascii"),
-        ),
-        None => Response::from_data(Vec::new()),
+    let mut fields = Vec::with_capacity(2);
+    if body.is_some() {
+        fields.push(("Content-Type", "application/json"));
     }
-    .with_status_code(StatusCode(answer.status));
-    if let Some(session) = answer.session {
-        if let Ok(h) = Header::from_bytes(&b"Mcp-Session-Id"[..], session.as_bytes()) {
-            response = response.with_header(h);
-        }
+    if let Some(session) = &answer.session {
+        fields.push(("Mcp-Session-Id", session.as_str()));
     }
-    let _ = request.respond(response);
+    responder.send(answer.status, &fields, body.as_deref().unwrap_or_default());
 }
 
 /// Browsers send `Origin`; only loopback pages (and configured ones) may talk to us.
@@ -633,34 +500,12 @@ fn is_json_media_type(content_type: &str) -> bool {
     media_type.eq_ignore_ascii_case("application/json")
 }
 
-fn read_body(state: &State, request: &mut Request) -> Result<String, Answer> {
-    let max = state.options.max_body_bytes;
-    if !is_json_media_type(header(request, "Content-Type").unwrap_or("")) {
+fn body_text(head: &Head, body: Vec<u8>) -> Result<String, Answer> {
+    if !is_json_media_type(head.field("Content-Type").unwrap_or("")) {
         return Err(Answer::error(
             415,
             RpcError::invalid_request("Content-Type must be application/json"),
         ));
-    }
-    let too_large = || {
-        Answer::error(
-            413,
-            RpcError::invalid_request(format!("the body is larger than {max} bytes")),
-        )
-    };
-    // A declared length past `max` was refused in `handle`.
-    let mut body = Vec::new();
-    let read = request
-        .as_reader()
-        .take(max as u64 + 1)
-        .read_to_end(&mut body);
-    if read.is_err() {
-        return Err(Answer::error(
-            400,
-            RpcError::invalid_request("unreadable body"),
-        ));
-    }
-    if body.len() > max {
-        return Err(too_large());
     }
     String::from_utf8(body).map_err(|e| {
         Answer::json(
@@ -670,16 +515,16 @@ fn read_body(state: &State, request: &mut Request) -> Result<String, Answer> {
     })
 }
 
-fn post(state: &Arc<State>, mut request: Request) {
-    let body = match read_body(state, &mut request) {
+fn post(state: &Arc<State>, head: &Head, body: Vec<u8>, responder: Responder) {
+    let body = match body_text(head, body) {
         Ok(body) => body,
-        Err(answer) => return respond(request, answer),
+        Err(answer) => return respond(responder, answer),
     };
     let message = match jsonrpc::parse_message(&body) {
         Ok(message) => message,
         Err(rejected) => {
             let error = jsonrpc::error_response(rejected.id.as_ref(), &rejected.error);
-            return respond(request, Answer::json(400, error));
+            return respond(responder, Answer::json(400, error));
         }
     };
     let (method, params) = match &message {
@@ -694,10 +539,10 @@ fn post(state: &Arc<State>, mut request: Request) {
                 _ => None,
             };
             let error = jsonrpc::error_response(id, &unsupported_version(&version));
-            return respond(request, Answer::json(400, error));
+            return respond(responder, Answer::json(400, error));
         }
     }
-    let header_version = header(&request, "MCP-Protocol-Version");
+    let header_version = head.field("MCP-Protocol-Version");
     let by_header = header_version == Some(sep2663::PROTOCOL_VERSION);
     // The connection's own rule, so no 2025-11-25 handler ever runs on the shared
     // stateless connection.
@@ -707,19 +552,19 @@ fn post(state: &Arc<State>, mut request: Request) {
         // a header mismatch; `server/discover` is how versions are found, so it fits any.
         let mismatch =
             header_version.is_some() && by_header != by_body && method != Some("server/discover");
-        post_stateless(state, request, message, by_body, mismatch)
+        post_stateless(state, head, responder, message, by_body, mismatch)
     } else {
-        post_session(state, request, message)
+        post_session(state, head, responder, message)
     }
 }
 
 /// Hands a message to its connection. A request's answer is written by whichever thread
-/// produces it (the reply moves the HTTP request along), so the worker is free again as
-/// soon as the connection has taken the message, however long the answer takes. Other
-/// messages are acknowledged with 202 at once.
+/// produces it (the reply moves the responder along), so the connection's thread reads
+/// the next request as soon as the connection has taken the message, however long the
+/// answer takes. Other messages are acknowledged with 202 at once.
 fn dispatch(
     connection: &Arc<Connection>,
-    request: Request,
+    responder: Responder,
     message: Message,
     answer: impl FnOnce(Value) -> Answer + Send + 'static,
 ) {
@@ -733,12 +578,12 @@ fn dispatch(
                 } else {
                     answer(value)
                 };
-                respond(request, answer)
+                respond(responder, answer)
             }),
         );
     } else {
         connection.handle_message(message, Box::new(|_| {}));
-        respond(request, Answer::empty(202));
+        respond(responder, Answer::empty(202));
     }
 }
 
@@ -754,7 +599,8 @@ fn status_of(response: &Value) -> u16 {
 /// (`tasks/list`, `tasks/result`, `initialize`) run there would hand them to anyone.
 fn post_stateless(
     state: &Arc<State>,
-    request: Request,
+    head: &Head,
+    responder: Responder,
     message: Message,
     speaks_sep2663: bool,
     version_mismatch: bool,
@@ -767,7 +613,7 @@ fn post_stateless(
         ) {
             let error = RpcError::method_not_found(&r.method);
             let response = jsonrpc::error_response(Some(&r.id), &error);
-            return respond(request, Answer::json(200, response));
+            return respond(responder, Answer::json(200, response));
         }
         let checked = if version_mismatch || !speaks_sep2663 {
             Err(RpcError::new(
@@ -780,18 +626,18 @@ fn post_stateless(
                 ),
             ))
         } else {
-            check_routing_headers(&request, &r.method, r.params.as_ref())
+            check_routing_headers(head, &r.method, r.params.as_ref())
         };
         if let Err(error) = checked {
             let response = jsonrpc::error_response(Some(&r.id), &error);
-            return respond(request, Answer::json(400, response));
+            return respond(responder, Answer::json(400, response));
         }
     } else if !speaks_sep2663 {
         // Nothing to answer, and nothing a 2025-11-25 notification or response could mean
         // to the stateless connection.
-        return respond(request, Answer::empty(202));
+        return respond(responder, Answer::empty(202));
     }
-    dispatch(&state.stateless, request, message, |response| {
+    dispatch(&state.stateless, responder, message, |response| {
         Answer::json(status_of(&response), response)
     });
 }
@@ -799,12 +645,12 @@ fn post_stateless(
 /// SEP-2243 routing headers: `Mcp-Method` must name the body's method, and `Mcp-Name` the
 /// tool (for `tools/call`) or the task (for `tasks/get|update|cancel`).
 fn check_routing_headers(
-    request: &Request,
+    head: &Head,
     method: &str,
     params: Option<&Value>,
 ) -> Result<(), RpcError> {
     let mismatch = |what: String| RpcError::new(sep2663::HEADER_MISMATCH, what);
-    match header(request, "Mcp-Method") {
+    match head.field("Mcp-Method") {
         Some(value) if value == method => {}
         Some(value) => {
             return Err(mismatch(format!(
@@ -820,7 +666,7 @@ fn check_routing_headers(
     };
     let named = named.and_then(Value::as_str).unwrap_or("");
     // A name that cannot ride in a header as it is arrives encoded (SEP-2243).
-    match header(request, "Mcp-Name") {
+    match head.field("Mcp-Name") {
         Some(value) if header_value::decode(value).as_deref() == Some(named) => Ok(()),
         Some(value) => Err(mismatch(format!(
             "Mcp-Name header '{value}' does not match '{named}'"
@@ -829,35 +675,35 @@ fn check_routing_headers(
     }
 }
 
-fn post_session(state: &Arc<State>, request: Request, message: Message) {
+fn post_session(state: &Arc<State>, head: &Head, responder: Responder, message: Message) {
     if let Message::Request(r) = &message {
         if r.method == "initialize" {
-            return open_session(state, request, message);
+            return open_session(state, responder, message);
         }
     }
-    let (session, activity) = match find_session(state, &request) {
+    let (session, activity) = match find_session(state, head) {
         Ok(found) => found,
-        Err(answer) => return respond(request, answer),
+        Err(answer) => return respond(responder, answer),
     };
-    dispatch(&session.connection, request, message, move |response| {
+    dispatch(&session.connection, responder, message, move |response| {
         drop(activity);
         Answer::json(200, response)
     });
 }
 
-fn open_session(state: &Arc<State>, request: Request, message: Message) {
+fn open_session(state: &Arc<State>, responder: Responder, message: Message) {
     let mut sessions = state.sessions.lock();
     // Checked under the lock that dropping the server drains the sessions under, after
     // it raised the flag: no session opens after that drain, never to be ended.
     if state.stopping.is_closed() {
         drop(sessions);
         let answer = Answer::error(503, RpcError::internal("the server is stopping"));
-        return respond(request, answer);
+        return respond(responder, answer);
     }
     if sessions.len() >= state.options.max_sessions {
         drop(sessions);
         let answer = Answer::error(503, RpcError::internal("too many open sessions"));
-        return respond(request, answer);
+        return respond(responder, answer);
     }
     let id = TaskId::random().to_string();
     let (outgoing_tx, outgoing) = crossbeam_channel::bounded(1024);
@@ -876,7 +722,7 @@ fn open_session(state: &Arc<State>, request: Request, message: Message) {
     sessions.insert(id.clone(), session);
     drop(sessions);
     let state = state.clone();
-    dispatch(&connection, request, message, move |response| {
+    dispatch(&connection, responder, message, move |response| {
         drop(activity);
         if response.get("error").is_some() {
             // A failed initialize opens nothing.
@@ -894,8 +740,8 @@ fn open_session(state: &Arc<State>, request: Request, message: Message) {
     });
 }
 
-fn find_session(state: &State, request: &Request) -> Result<(Arc<Session>, Activity), Answer> {
-    let Some(id) = header(request, "Mcp-Session-Id") else {
+fn find_session(state: &State, head: &Head) -> Result<(Arc<Session>, Activity), Answer> {
+    let Some(id) = head.field("Mcp-Session-Id") else {
         return Err(Answer::error(
             400,
             RpcError::invalid_request(
@@ -913,8 +759,8 @@ fn find_session(state: &State, request: &Request) -> Result<(Arc<Session>, Activ
     }
 }
 
-fn delete(state: &State, request: &Request) -> Answer {
-    let Some(id) = header(request, "Mcp-Session-Id") else {
+fn delete(state: &State, head: &Head) -> Answer {
+    let Some(id) = head.field("Mcp-Session-Id") else {
         return Answer::error(
             400,
             RpcError::invalid_request("Mcp-Session-Id header required"),
@@ -931,20 +777,21 @@ fn delete(state: &State, request: &Request) -> Answer {
 }
 
 /// `GET /mcp`: the session's event stream, as server-sent events in chunked encoding,
-/// written straight to the socket so every event leaves at once. The stream runs on a
-/// thread of its own (one per session: a new one replaces the old), never on a request
-/// worker.
-fn get(state: &Arc<State>, request: Request) {
-    let accepts = header(&request, "Accept").is_some_and(|a| a.contains("text/event-stream"));
+/// every event written at once. The stream keeps its connection's thread while it lasts
+/// (one per session: a new one replaces the old).
+fn get(state: &Arc<State>, head: &Head, responder: Responder) {
+    let accepts = head
+        .field("Accept")
+        .is_some_and(|a| a.contains("text/event-stream"));
     if !accepts {
         let error = RpcError::invalid_request("GET /mcp serves text/event-stream only");
-        return respond(request, Answer::error(406, error));
+        return respond(responder, Answer::error(406, error));
     }
-    let (session, activity) = match find_session(state, &request) {
+    let (session, activity) = match find_session(state, head) {
         Ok(found) => found,
         Err(answer) => {
             // Stateless (2026-07-28) clients have no stream to open.
-            let answer = if header(&request, "Mcp-Session-Id").is_none() {
+            let answer = if head.field("Mcp-Session-Id").is_none() {
                 Answer::error(
                     405,
                     RpcError::invalid_request("no session: nothing to stream"),
@@ -952,7 +799,7 @@ fn get(state: &Arc<State>, request: Request) {
             } else {
                 answer
             };
-            return respond(request, answer);
+            return respond(responder, answer);
         }
     };
     // A new stream replaces the session's current one, which ends. The client opens a new
@@ -962,30 +809,15 @@ fn get(state: &Arc<State>, request: Request) {
     if let Some(old) = session.stream.lock().replace(this_stream.clone()) {
         old.close();
     }
-    let stream_state = state.clone();
-    let stream_session = session.clone();
-    let request = Arc::new(Mutex::new(Some(request)));
-    let moved = request.clone();
-    let mine = this_stream.clone();
-    let spawned = std::thread::Builder::new()
-        .name("mcp-http-stream".into())
-        .spawn(move || {
-            let Some(request) = moved.lock().take() else {
-                return;
-            };
-            let mut writer = request.into_writer();
-            let _ = stream_events(&mut writer, &stream_session, &stream_state, &mine);
-            end_stream(&stream_session, &mine);
-            drop(activity);
-        });
-    if let Err(error) = spawned {
-        log::error!("cannot spawn an event stream thread: {error}");
-        end_stream(&session, &this_stream);
-        if let Some(request) = request.lock().take() {
-            let error = RpcError::internal("the server cannot open a stream now");
-            respond(request, Answer::error(503, error));
-        }
+    let fields = [
+        ("Content-Type", "text/event-stream"),
+        ("Cache-Control", "no-cache"),
+    ];
+    if let Some(stream) = responder.stream(&fields) {
+        let _ = stream_events(&stream, &session, state, &this_stream);
     }
+    end_stream(&session, &this_stream);
+    drop(activity);
 }
 
 /// Forgets `stream` as the session's current one, unless a newer one replaced it.
@@ -997,38 +829,26 @@ fn end_stream(session: &Session, stream: &Arc<Closer>) {
 }
 
 fn stream_events(
-    writer: &mut dyn Write,
+    stream: &EventStream,
     session: &Session,
     state: &State,
     this_stream: &Closer,
 ) -> io::Result<()> {
-    writer.write_all(
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
-          Transfer-Encoding: chunked\r\n\r\n",
-    )?;
-    writer.flush()?;
-    let chunk = |writer: &mut dyn Write, data: &[u8]| -> io::Result<()> {
-        write!(writer, "{:x}\r\n", data.len())?;
-        writer.write_all(data)?;
-        writer.write_all(b"\r\n")?;
-        writer.flush()
-    };
     loop {
         select! {
             recv(session.outgoing) -> message => {
                 let Ok(message) = message else { break };
                 let event = format!("event: message\ndata: {message}\n\n");
-                chunk(writer, event.as_bytes())?;
+                stream.send(event.as_bytes())?;
             }
             recv(session.ended.closed()) -> _ => break,
             recv(state.stopping.closed()) -> _ => break,
             recv(this_stream.closed()) -> _ => break,
             // A comment keeps proxies from timing the stream out and finds dead clients.
-            default(Duration::from_secs(15)) => chunk(writer, b": keep-alive\n\n")?,
+            default(Duration::from_secs(15)) => stream.send(b": keep-alive\n\n")?,
         }
     }
-    writer.write_all(b"0\r\n\r\n")?;
-    writer.flush()
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,617 @@
+//! HTTP/1.1 messages on the wire (RFC 9112), as much as the MCP endpoint needs: request
+//! heads, bodies framed by `Content-Length` or chunked, and responses. Pure functions over
+//! a `BufRead`, so every rule is tested without a socket.
+//!
+//! The rules, strict where leniency lets requests be read two ways (request smuggling
+//! behind a proxy):
+//! - a head is ASCII: visible characters, spaces and tabs, lines ending in CRLF or LF; at
+//!   most [`Limits::head_bytes`] bytes and [`Limits::headers`] fields, else 431. Empty
+//!   lines before the request line are skipped (RFC 9112 §2.2);
+//! - the request line is `METHOD SP target SP HTTP/d.d`; a version other than 1.0 or 1.1
+//!   gets 505, anything malformed 400, as does a field name that is not a token, a field
+//!   line without a colon, or a folded field line;
+//! - a body is framed by `Transfer-Encoding: chunked` or by `Content-Length`, never both
+//!   (400); another transfer coding gets 501; `Content-Length` values must be digits and
+//!   agree (400). A declared or received body past the limit gets 413 and is never read:
+//!   nothing is ever allocated from what a client declares;
+//! - `Expect` is `100-continue` or nothing (417).
+//!
+//! Every refusal ends the connection: after a head or body it could not read, the server
+//! cannot know where the next request starts.
+
+use std::io::{self, BufRead, Read};
+
+/// Bounds on what one request head may hold.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Limits {
+    /// Bytes in the head: request line, fields and line ends (also bounds a chunked body's
+    /// trailer section and each chunk-size line).
+    pub(super) head_bytes: usize,
+    /// Field lines in the head.
+    pub(super) headers: usize,
+    /// Bytes of body.
+    pub(super) body_bytes: usize,
+}
+
+/// The HTTP version of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Version {
+    Http10,
+    Http11,
+}
+
+/// A request head as read.
+#[derive(Debug)]
+pub(super) struct Head {
+    pub(super) method: String,
+    pub(super) target: String,
+    pub(super) version: Version,
+    /// Field lines in order, names as sent, values with surrounding whitespace trimmed.
+    pub(super) fields: Vec<(String, String)>,
+}
+
+/// Why a request could not be read.
+#[derive(Debug)]
+pub(super) enum ReadError {
+    /// The connection ended (or failed) before the request did: nobody to answer.
+    Closed,
+    /// The request did not arrive in time.
+    TimedOut,
+    /// A request that must not be served: answer with this status and end the connection.
+    Refused(u16, String),
+}
+
+fn refused(status: u16, why: impl Into<String>) -> ReadError {
+    ReadError::Refused(status, why.into())
+}
+
+impl From<io::Error> for ReadError {
+    fn from(error: io::Error) -> Self {
+        match error.kind() {
+            // Linux reports a socket read timeout as WouldBlock.
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ReadError::TimedOut,
+            _ => ReadError::Closed,
+        }
+    }
+}
+
+/// How a request's body is framed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Framing {
+    /// Exactly this many bytes (0: no body).
+    Length(usize),
+    Chunked,
+}
+
+impl Head {
+    /// The first field named `name` (case-insensitive).
+    pub(super) fn field(&self, name: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn fields_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.fields
+            .iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether the connection stays open after this request (RFC 9112 §9.3).
+    pub(super) fn keeps_alive(&self) -> bool {
+        let mut tokens = self
+            .fields_named("Connection")
+            .flat_map(|v| v.split(','))
+            .map(str::trim);
+        match self.version {
+            Version::Http11 => !tokens.any(|t| t.eq_ignore_ascii_case("close")),
+            Version::Http10 => tokens.any(|t| t.eq_ignore_ascii_case("keep-alive")),
+        }
+    }
+
+    /// Whether the client waits for `100 Continue` before it sends the body.
+    pub(super) fn expects_continue(&self) -> Result<bool, ReadError> {
+        match self.field("Expect") {
+            None => Ok(false),
+            Some(v) if v.eq_ignore_ascii_case("100-continue") => Ok(true),
+            Some(_) => Err(refused(417, "the only expectation served is 100-continue")),
+        }
+    }
+
+    /// The body's framing, refusing ambiguous framing and bodies past `max` bytes.
+    pub(super) fn framing(&self, max: usize) -> Result<Framing, ReadError> {
+        let mut codings = self
+            .fields_named("Transfer-Encoding")
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .peekable();
+        if codings.peek().is_some() {
+            if self.field("Content-Length").is_some() {
+                return Err(refused(
+                    400,
+                    "both Transfer-Encoding and Content-Length: the body's length is ambiguous",
+                ));
+            }
+            if self.version == Version::Http10 {
+                return Err(refused(400, "Transfer-Encoding in an HTTP/1.0 request"));
+            }
+            let codings: Vec<&str> = codings.collect();
+            return match codings[..] {
+                [only] if only.eq_ignore_ascii_case("chunked") => Ok(Framing::Chunked),
+                _ => Err(refused(501, "the only transfer coding served is chunked")),
+            };
+        }
+        let mut length: Option<&str> = None;
+        for value in self
+            .fields_named("Content-Length")
+            .flat_map(|v| v.split(','))
+        {
+            let value = value.trim();
+            if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(refused(400, "Content-Length is not a number"));
+            }
+            if length.is_some_and(|l| l != value) {
+                return Err(refused(400, "Content-Length values disagree"));
+            }
+            length = Some(value);
+        }
+        let Some(length) = length else {
+            return Ok(Framing::Length(0));
+        };
+        // Digits only: anything that does not parse is too large.
+        match length.parse::<usize>() {
+            Ok(n) if n <= max => Ok(Framing::Length(n)),
+            _ => Err(too_large(max)),
+        }
+    }
+}
+
+fn too_large(max: usize) -> ReadError {
+    refused(413, format!("the body is larger than {max} bytes"))
+}
+
+/// Reads one line of at most `budget` bytes (end included) into `line`, without its line
+/// end, and takes its length off `budget`. `Ok(false)`: the stream ended before any byte.
+fn read_line(
+    reader: &mut impl BufRead,
+    budget: &mut usize,
+    line: &mut Vec<u8>,
+    too_long: u16,
+) -> Result<bool, ReadError> {
+    line.clear();
+    if *budget == 0 {
+        return Err(refused(too_long, "the request head is too large"));
+    }
+    let read = reader
+        .take(*budget as u64)
+        .read_until(b'\n', line)
+        .map_err(ReadError::from)?;
+    *budget -= read;
+    if read == 0 {
+        return Ok(false);
+    }
+    if line.pop() != Some(b'\n') {
+        return Err(if *budget == 0 {
+            refused(too_long, "the request head is too large")
+        } else {
+            ReadError::Closed
+        });
+    }
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    Ok(true)
+}
+
+/// Visible ASCII, spaces and tabs: what a head line may hold.
+fn is_text(line: &[u8]) -> bool {
+    line.iter()
+        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
+}
+
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// Reads a request head. `ReadError::Closed` if the stream ends before a whole one.
+pub(super) fn read_head(reader: &mut impl BufRead, limits: &Limits) -> Result<Head, ReadError> {
+    let mut budget = limits.head_bytes;
+    let mut line = Vec::with_capacity(256);
+    // Empty lines before the request line are skipped (RFC 9112 §2.2).
+    loop {
+        if !read_line(reader, &mut budget, &mut line, 431)? {
+            return Err(ReadError::Closed);
+        }
+        if !line.is_empty() {
+            break;
+        }
+    }
+    if !is_text(&line) {
+        return Err(refused(400, "the request line is not ASCII text"));
+    }
+    let request_line = String::from_utf8_lossy(&line).into_owned();
+    let parts: Vec<&str> = request_line.split(' ').collect();
+    let [method, target, version] = parts[..] else {
+        return Err(refused(
+            400,
+            "a request line is METHOD SP target SP version",
+        ));
+    };
+    if !is_token(method) || target.is_empty() || target.contains('\t') {
+        return Err(refused(400, "malformed request line"));
+    }
+    let version = match version.as_bytes() {
+        b"HTTP/1.1" => Version::Http11,
+        b"HTTP/1.0" => Version::Http10,
+        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+            if major.is_ascii_digit() && minor.is_ascii_digit() =>
+        {
+            return Err(refused(505, "only HTTP/1.1 and HTTP/1.0 are served"));
+        }
+        _ => return Err(refused(400, "malformed HTTP version")),
+    };
+    let mut fields = Vec::new();
+    loop {
+        if !read_line(reader, &mut budget, &mut line, 431)? {
+            return Err(ReadError::Closed);
+        }
+        if line.is_empty() {
+            break;
+        }
+        if fields.len() == limits.headers {
+            return Err(refused(431, "too many header fields"));
+        }
+        if !is_text(&line) {
+            return Err(refused(400, "a header field is not ASCII text"));
+        }
+        if matches!(line[0], b' ' | b'\t') {
+            return Err(refused(400, "folded header fields are not accepted"));
+        }
+        let text = std::str::from_utf8(&line).expect("checked ASCII");
+        let Some((name, value)) = text.split_once(':') else {
+            return Err(refused(400, "a header field without a colon"));
+        };
+        if !is_token(name) {
+            return Err(refused(400, "a header field name is not a token"));
+        }
+        fields.push((name.to_owned(), value.trim_matches([' ', '\t']).to_owned()));
+    }
+    Ok(Head {
+        method: method.to_owned(),
+        target: target.to_owned(),
+        version,
+        fields,
+    })
+}
+
+/// Reads a body framed by `framing`, at most `limits.body_bytes` of it.
+pub(super) fn read_body(
+    reader: &mut impl BufRead,
+    framing: Framing,
+    limits: &Limits,
+) -> Result<Vec<u8>, ReadError> {
+    match framing {
+        Framing::Length(n) => {
+            // `n` was checked against the limit; the buffer grows with what arrives.
+            let mut body = Vec::with_capacity(n.min(64 * 1024));
+            reader.take(n as u64).read_to_end(&mut body)?;
+            if body.len() < n {
+                return Err(ReadError::Closed);
+            }
+            Ok(body)
+        }
+        Framing::Chunked => read_chunked(reader, limits),
+    }
+}
+
+fn read_chunked(reader: &mut impl BufRead, limits: &Limits) -> Result<Vec<u8>, ReadError> {
+    let mut body = Vec::new();
+    let mut line = Vec::new();
+    loop {
+        let mut budget = limits.head_bytes;
+        if !read_line(reader, &mut budget, &mut line, 400)? {
+            return Err(ReadError::Closed);
+        }
+        let text = std::str::from_utf8(&line)
+            .ok()
+            .filter(|_| is_text(&line))
+            .ok_or_else(|| refused(400, "a chunk size line is not ASCII text"))?;
+        let size = text
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim_end_matches([' ', '\t']);
+        if size.is_empty() || !size.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(refused(400, "malformed chunk size"));
+        }
+        let size = match usize::from_str_radix(size, 16) {
+            Ok(size) if size <= limits.body_bytes - body.len() => size,
+            _ => return Err(too_large(limits.body_bytes)),
+        };
+        if size == 0 {
+            break;
+        }
+        let start = body.len();
+        reader.take(size as u64).read_to_end(&mut body)?;
+        if body.len() - start < size {
+            return Err(ReadError::Closed);
+        }
+        let mut budget = 2;
+        if !read_line(reader, &mut budget, &mut line, 400)? {
+            return Err(ReadError::Closed);
+        }
+        if !line.is_empty() {
+            return Err(refused(400, "a chunk's data is longer than its size"));
+        }
+    }
+    // The trailer section, read and ignored.
+    let mut budget = limits.head_bytes;
+    loop {
+        if !read_line(reader, &mut budget, &mut line, 400)? {
+            return Err(ReadError::Closed);
+        }
+        if line.is_empty() {
+            return Ok(body);
+        }
+        if !is_text(&line) {
+            return Err(refused(400, "a trailer field is not ASCII text"));
+        }
+    }
+}
+
+/// The reason phrase of the statuses this transport sends.
+fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        202 => "Accepted",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        415 => "Unsupported Media Type",
+        417 => "Expectation Failed",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        505 => "HTTP Version Not Supported",
+        _ => "",
+    }
+}
+
+/// A whole response: status line, `fields`, `Content-Length`, and the body unless the
+/// request was `HEAD`. `close` adds `Connection: close`.
+pub(super) fn response(
+    status: u16,
+    fields: &[(&str, &str)],
+    body: &[u8],
+    head_only: bool,
+    close: bool,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128 + body.len());
+    out.extend_from_slice(format!("HTTP/1.1 {status} {}\r\n", reason(status)).as_bytes());
+    for (name, value) in fields {
+        out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+    }
+    out.extend_from_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
+    if close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if !head_only {
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+/// The head of an event stream (a chunked response that stays open).
+pub(super) fn stream_head(fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n".to_vec();
+    for (name, value) in fields {
+        out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// One chunk of a chunked response; an empty `data` is the last chunk.
+pub(super) fn chunk(data: &[u8]) -> Vec<u8> {
+    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        head_bytes: 256,
+        headers: 4,
+        body_bytes: 64,
+    };
+
+    fn head(raw: &str) -> Result<Head, ReadError> {
+        read_head(&mut raw.as_bytes(), &LIMITS)
+    }
+
+    fn status(result: Result<impl std::fmt::Debug, ReadError>) -> u16 {
+        match result {
+            Err(ReadError::Refused(status, _)) => status,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    fn request(raw: &str) -> Result<Vec<u8>, ReadError> {
+        let mut reader = raw.as_bytes();
+        let head = read_head(&mut reader, &LIMITS)?;
+        head.expects_continue()?;
+        let framing = head.framing(LIMITS.body_bytes)?;
+        read_body(&mut reader, framing, &LIMITS)
+    }
+
+    #[test]
+    fn a_plain_request_is_read_with_its_fields() {
+        let h =
+            head("\r\nPOST /mcp?x=1 HTTP/1.1\r\nHost: a\r\ncontent-type:  application/json \n\r\n")
+                .unwrap();
+        assert_eq!((h.method.as_str(), h.target.as_str()), ("POST", "/mcp?x=1"));
+        assert_eq!(h.version, Version::Http11);
+        assert_eq!(h.field("Content-Type"), Some("application/json"));
+        assert!(h.keeps_alive());
+    }
+
+    #[test]
+    fn keep_alive_follows_the_version_and_connection_tokens() {
+        let alive = |raw: &str| head(raw).unwrap().keeps_alive();
+        assert!(!alive(
+            "GET / HTTP/1.1\r\nConnection: keep-alive, Close\r\n\r\n"
+        ));
+        assert!(!alive("GET / HTTP/1.0\r\n\r\n"));
+        assert!(alive("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"));
+    }
+
+    #[test]
+    fn malformed_heads_are_refused_with_the_right_status() {
+        for (raw, want) in [
+            ("GET /mcp HTTP/2.0\r\n\r\n", 505),
+            ("PRI * HTTP/3.0\r\n\r\n", 505),
+            ("GET /mcp HTTP/1.1 x\r\n\r\n", 400),
+            ("GET  /mcp HTTP/1.1\r\n\r\n", 400),
+            ("GET /mcp HTTP/1\r\n\r\n", 400),
+            ("G(T /mcp HTTP/1.1\r\n\r\n", 400),
+            ("GET /m\u{e9} HTTP/1.1\r\n\r\n", 400),
+            ("GET /mcp HTTP/1.1\r\nNo colon\r\n\r\n", 400),
+            ("GET /mcp HTTP/1.1\r\nBad name: x\r\n\r\n", 400),
+            ("GET /mcp HTTP/1.1\r\nA: b\r\n folded\r\n\r\n", 400),
+            ("GET /mcp HTTP/1.1\r\nA: b\x00c\r\n\r\n", 400),
+            ("GET /mcp HTTP/1.1\r\nA: b\rc\r\n\r\n", 400),
+            (
+                "GET /mcp HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\n\r\n",
+                431,
+            ),
+        ] {
+            assert_eq!(status(head(raw)), want, "{raw:?}");
+        }
+        let long = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(300));
+        assert_eq!(status(head(&long)), 431);
+    }
+
+    #[test]
+    fn a_head_cut_short_is_closed_not_refused() {
+        for raw in [
+            "",
+            "\r\n",
+            "GET /mcp HTTP/1.1",
+            "GET /mcp HTTP/1.1\r\nA: b\r\n",
+        ] {
+            assert!(matches!(head(raw), Err(ReadError::Closed)), "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn bodies_are_framed_by_length_or_chunks() {
+        let post = "POST /mcp HTTP/1.1\r\n";
+        assert_eq!(
+            request(&format!("{post}Content-Length: 3\r\n\r\nabcdef")).unwrap(),
+            b"abc"
+        );
+        assert_eq!(request(&format!("{post}\r\nabc")).unwrap(), b"");
+        assert_eq!(
+            request(&format!(
+                "{post}Content-Length: 3, 3\r\nContent-Length: 3\r\n\r\nabc"
+            ))
+            .unwrap(),
+            b"abc"
+        );
+        let chunked = format!(
+            "{post}Transfer-Encoding: Chunked\r\n\r\n3;ext=1\r\nabc\r\nA \r\n0123456789\r\n0\r\nT: x\r\n\r\n"
+        );
+        assert_eq!(request(&chunked).unwrap(), b"abc0123456789");
+    }
+
+    #[test]
+    fn ambiguous_or_oversized_framing_is_refused() {
+        let post = "POST /mcp HTTP/1.1\r\n";
+        for (fields, want) in [
+            ("Content-Length: 3\r\nTransfer-Encoding: chunked\r\n", 400),
+            ("Transfer-Encoding: gzip, chunked\r\n", 501),
+            ("Transfer-Encoding: identity\r\n", 501),
+            ("Content-Length: 3\r\nContent-Length: 4\r\n", 400),
+            ("Content-Length: +3\r\n", 400),
+            ("Content-Length: -1\r\n", 400),
+            ("Content-Length: \r\n", 400),
+            ("Content-Length: 65\r\n", 413),
+            ("Content-Length: 18446744073709551616\r\n", 413),
+            ("Content-Length: 99999999999999999999999999999\r\n", 413),
+            ("Expect: 200-ok\r\n", 417),
+        ] {
+            assert_eq!(
+                status(request(&format!("{post}{fields}\r\n"))),
+                want,
+                "{fields:?}"
+            );
+        }
+        let old = "POST /mcp HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+        assert_eq!(status(request(old)), 400);
+    }
+
+    #[test]
+    fn malformed_or_oversized_chunks_are_refused() {
+        let post = "POST /mcp HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        for (chunks, want) in [
+            ("x\r\n", 400),
+            ("-1\r\n", 400),
+            ("\r\n", 400),
+            ("3\r\nabcd\r\n0\r\n\r\n", 400),
+            ("41\r\n", 413),
+            ("40\r\n", 0),
+            ("20\r\n0123456789abcdef0123456789abcdef\r\n21\r\n", 413),
+            ("ffffffffffffffffffffffff\r\n", 413),
+        ] {
+            let result = request(&format!("{post}{chunks}"));
+            if want == 0 {
+                assert!(matches!(result, Err(ReadError::Closed)), "{chunks:?}");
+            } else {
+                assert_eq!(status(result), want, "{chunks:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_body_cut_short_is_closed() {
+        let result = request("POST /mcp HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc");
+        assert!(matches!(result, Err(ReadError::Closed)));
+        let result = request("POST /mcp HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab");
+        assert!(matches!(result, Err(ReadError::Closed)));
+    }
+
+    #[test]
+    fn responses_carry_their_length_and_chunks_their_size() {
+        let r = response(
+            200,
+            &[("Content-Type", "application/json")],
+            b"{}",
+            false,
+            true,
+        );
+        assert_eq!(
+            String::from_utf8(r).unwrap(),
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\
+             Connection: close\r\n\r\n{}"
+        );
+        let r = response(405, &[], b"abc", true, false);
+        assert!(r.ends_with(b"Content-Length: 3\r\n\r\n"));
+        assert_eq!(chunk(b"hello, world"), b"c\r\nhello, world\r\n");
+        assert_eq!(chunk(b""), b"0\r\n\r\n");
+    }
+}
