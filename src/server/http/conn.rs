@@ -56,6 +56,9 @@ const LINGER_BYTES: u64 = 1 << 20;
 const LINGER: Duration = Duration::from_secs(1);
 /// How long a failing `accept` (out of file descriptors, say) pauses before it tries again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+/// How long stopping lets connections finish what they write (an event stream its last
+/// chunk) before it cuts them off.
+const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// The answers due on one connection, written in the order their requests came.
 struct Outbox {
@@ -66,6 +69,11 @@ struct Outbox {
 struct Out {
     /// `None` once the connection is closed or broken: answers are then dropped.
     stream: Option<TcpStream>,
+    /// The transport is stopping: nobody waits for a turn any more.
+    stopping: bool,
+    /// How many answers the connection carries in all, once its last request was read:
+    /// after the last one is written, the connection ends.
+    last: Option<u64>,
     /// The number of the next answer to write.
     next: u64,
     /// Answers produced before their turn, with whether the connection closes after each.
@@ -99,6 +107,8 @@ impl Outbox {
         Outbox {
             out: Mutex::new(Out {
                 stream: Some(stream),
+                stopping: false,
+                last: None,
                 next: 0,
                 ready: BTreeMap::new(),
             }),
@@ -117,7 +127,7 @@ impl Outbox {
                 break;
             };
             out.next += 1;
-            if out.write(&bytes).is_ok() && close {
+            if out.write(&bytes).is_ok() && (close || out.last == Some(out.next)) {
                 out.finish();
             }
         }
@@ -137,19 +147,29 @@ impl Outbox {
     /// Waits until the answers before `seq` are written; false if the connection closed.
     fn wait_turn(&self, seq: u64) -> bool {
         let mut out = self.out.lock();
-        while out.stream.is_some() && out.next < seq {
+        while out.stream.is_some() && !out.stopping && out.next < seq {
             self.written.wait(&mut out);
         }
-        out.stream.is_some()
+        out.stream.is_some() && !out.stopping
     }
 
     /// Waits (until `deadline`) for answer `seq` to be written or dropped.
     fn wait_written(&self, seq: u64, deadline: Instant) {
         let mut out = self.out.lock();
-        while out.stream.is_some() && out.next <= seq {
+        while out.stream.is_some() && !out.stopping && out.next <= seq {
             if self.written.wait_until(&mut out, deadline).timed_out() {
                 return;
             }
+        }
+    }
+
+    /// No request follows the first `count`: the connection ends once their answers are
+    /// written (at once, if they are).
+    fn no_more_requests(&self, count: u64) {
+        let mut out = self.out.lock();
+        out.last = Some(count);
+        if out.next >= count {
+            out.finish();
         }
     }
 
@@ -157,6 +177,18 @@ impl Outbox {
     fn owes(&self, issued: u64) -> bool {
         let out = self.out.lock();
         out.stream.is_some() && out.next < issued
+    }
+
+    /// Stops reading the connection (its thread sees the end of its input) and waiting
+    /// for turns on it; what is being written still goes out.
+    fn stop_reading(&self) {
+        let mut out = self.out.lock();
+        out.stopping = true;
+        if let Some(stream) = &out.stream {
+            let _ = stream.shutdown(Shutdown::Read);
+        }
+        drop(out);
+        self.written.notify_all();
     }
 
     /// Ends the connection now, whatever is still due on it.
@@ -274,10 +306,13 @@ impl Read for Timed {
     }
 }
 
-/// A connection's entry: its outbox (so stopping can close it) and its thread.
+/// A connection's entry: its outbox (so stopping can close it), its thread, and whether
+/// that thread is done (its entry goes, and the thread is joined, at the next accept).
 struct Live {
-    outbox: Arc<Outbox>,
+    /// Let go once the thread is done, so the socket closes with the last answer.
+    outbox: Option<Arc<Outbox>>,
     thread: Option<JoinHandle<()>>,
+    done: bool,
 }
 
 struct Shared {
@@ -285,6 +320,29 @@ struct Shared {
     handler: Arc<Handler>,
     stopping: AtomicBool,
     connections: Mutex<HashMap<u64, Live>>,
+    /// Signalled when a connection's thread is done.
+    ended: Condvar,
+}
+
+impl Shared {
+    /// Forgets the connections whose threads are done, joining them; returns how many are
+    /// left.
+    fn prune(&self) -> usize {
+        let mut done = Vec::new();
+        let mut connections = self.connections.lock();
+        connections.retain(|_, live| {
+            if live.done {
+                done.extend(live.thread.take());
+            }
+            !live.done
+        });
+        let left = connections.len();
+        drop(connections);
+        for thread in done {
+            let _ = thread.join();
+        }
+        left
+    }
 }
 
 /// A listening socket and its connections.
@@ -307,6 +365,7 @@ impl Transport {
             handler,
             stopping: AtomicBool::new(false),
             connections: Mutex::new(HashMap::new()),
+            ended: Condvar::new(),
         });
         let accepting = {
             let shared = shared.clone();
@@ -342,15 +401,28 @@ impl Transport {
                 let _ = accepting.join();
             }
         }
-        let live: Vec<Live> = self
-            .shared
-            .connections
-            .lock()
-            .drain()
-            .map(|(_, l)| l)
-            .collect();
-        for connection in &live {
-            connection.outbox.close();
+        // Every connection's thread sees its input end; those in the middle of an answer
+        // (an event stream sending its last chunk) get a moment to finish it, then
+        // whatever is left is cut off.
+        let mut connections = self.shared.connections.lock();
+        for outbox in connections.values().filter_map(|live| live.outbox.as_ref()) {
+            outbox.stop_reading();
+        }
+        let deadline = Instant::now() + STOP_GRACE;
+        while connections.values().any(|live| !live.done) {
+            if self
+                .shared
+                .ended
+                .wait_until(&mut connections, deadline)
+                .timed_out()
+            {
+                break;
+            }
+        }
+        let live: Vec<Live> = connections.drain().map(|(_, live)| live).collect();
+        drop(connections);
+        for outbox in live.iter().filter_map(|live| live.outbox.as_ref()) {
+            outbox.close();
         }
         for connection in live {
             if let Some(thread) = connection.thread {
@@ -383,7 +455,7 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
         };
         let _ = stream.set_nodelay(true);
         let _ = stream.set_write_timeout(Some(shared.options.write_timeout));
-        let busy = shared.connections.lock().len() >= shared.options.max_connections;
+        let busy = shared.prune() >= shared.options.max_connections;
         let outbox = match stream.try_clone() {
             Ok(clone) => Arc::new(Outbox::new(clone)),
             Err(error) => {
@@ -401,8 +473,9 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
         shared.connections.lock().insert(
             id,
             Live {
-                outbox: outbox.clone(),
+                outbox: Some(outbox.clone()),
                 thread: None,
+                done: false,
             },
         );
         let spawned = {
@@ -410,8 +483,13 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
             std::thread::Builder::new()
                 .name("mcp-http-conn".into())
                 .spawn(move || {
-                    serve(stream, &outbox, &shared);
-                    shared.connections.lock().remove(&id);
+                    let answers = serve(stream, &outbox, &shared);
+                    outbox.no_more_requests(answers);
+                    if let Some(live) = shared.connections.lock().get_mut(&id) {
+                        live.done = true;
+                        live.outbox = None;
+                    }
+                    shared.ended.notify_all();
                 })
         };
         match spawned {
@@ -453,12 +531,12 @@ fn refusal(status: u16, why: &str) -> Vec<u8> {
     wire::response(status, &json, &body, false, true)
 }
 
-/// Reads `stream`'s requests and hands them to the handler, one after the other.
-fn serve(stream: TcpStream, outbox: &Arc<Outbox>, shared: &Shared) {
+/// Reads `stream`'s requests and hands them to the handler, one after the other, until
+/// the connection ends; returns how many answers it carries.
+fn serve(stream: TcpStream, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
     let options = &shared.options;
-    let socket = match stream.try_clone() {
-        Ok(socket) => socket,
-        Err(_) => return,
+    let Ok(socket) = stream.try_clone() else {
+        return 0;
     };
     let mut reader = BufReader::with_capacity(
         16 * 1024,
@@ -472,28 +550,30 @@ fn serve(stream: TcpStream, outbox: &Arc<Outbox>, shared: &Shared) {
         // Between requests: the connection may idle, but not for ever.
         reader.get_mut().deadline = Instant::now() + options.idle_timeout;
         match reader.fill_buf().map_err(ReadError::from) {
-            Ok([]) | Err(ReadError::Closed | ReadError::Refused(..)) => return,
+            Ok([]) | Err(ReadError::Closed | ReadError::Refused(..)) => return issued,
             Ok(_) => {}
             Err(ReadError::TimedOut) if outbox.owes(issued) => continue,
-            Err(ReadError::TimedOut) => return,
+            Err(ReadError::TimedOut) => return issued,
         }
         reader.get_mut().deadline = Instant::now() + options.read_timeout;
         let seq = issued;
         let (head, body) = match read_request(&mut reader, &options.limits, outbox, seq) {
             Ok(request) => request,
             // Nothing to answer; what is due on the connection is still written.
-            Err(ReadError::Closed) => return,
+            Err(ReadError::Closed) => return issued,
             Err(ReadError::TimedOut) => {
-                return refuse(
+                refuse(
                     &socket,
                     outbox,
                     seq,
                     408,
                     "the request did not arrive in time",
-                )
+                );
+                return issued + 1;
             }
             Err(ReadError::Refused(status, why)) => {
-                return refuse(&socket, outbox, seq, status, &why)
+                refuse(&socket, outbox, seq, status, &why);
+                return issued + 1;
             }
         };
         issued += 1;
@@ -517,9 +597,10 @@ fn serve(stream: TcpStream, outbox: &Arc<Outbox>, shared: &Shared) {
             log::error!("an HTTP request handler panicked; the connection goes on");
         }
         if close {
-            return;
+            break;
         }
     }
+    issued
 }
 
 /// Reads one request whole: its head, and its body once the head is found acceptable.

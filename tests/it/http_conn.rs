@@ -1,0 +1,316 @@
+//! The HTTP transport's connection layer over real sockets: bounded waits (read, idle),
+//! the connection limit, interim `100 Continue`, chunked request bodies, HTTP/1.0, and a
+//! stop that ends open connections and event streams. Every read is bounded by [`HANG`];
+//! nothing sleeps to synchronise (the short timeouts under test do the waiting).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use mcp_task_store::server::{HttpOptions, HttpServer};
+use serde_json::{json, Value};
+
+use crate::fixtures::demo_http_server;
+
+/// Longest any read may block; only failing runs wait this long.
+const HANG: Duration = Duration::from_secs(10);
+
+fn server(options: HttpOptions) -> HttpServer {
+    demo_http_server(options).0
+}
+
+fn connect(addr: SocketAddr) -> BufReader<TcpStream> {
+    let stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(HANG)).unwrap();
+    BufReader::new(stream)
+}
+
+fn send(conn: &mut BufReader<TcpStream>, raw: &[u8]) {
+    conn.get_mut().write_all(raw).unwrap();
+}
+
+/// A keep-alive POST of `body` (with a session id, if any).
+fn post_raw(body: &Value, session: Option<&str>) -> Vec<u8> {
+    let body = body.to_string();
+    let session = session
+        .map(|s| format!("Mcp-Session-Id: {s}\r\n"))
+        .unwrap_or_default();
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n{session}\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|_| panic!("not JSON: {self:?}"))
+    }
+}
+
+/// Reads one response head (the status line and fields).
+fn read_head(conn: &mut BufReader<TcpStream>) -> Reply {
+    let mut line = String::new();
+    conn.read_line(&mut line).unwrap();
+    let status = line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {line:?}"));
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        conn.read_line(&mut line).unwrap();
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        let (name, value) = line.split_once(':').unwrap();
+        headers.push((name.to_string(), value.trim().to_string()));
+    }
+    Reply {
+        status,
+        headers,
+        body: Vec::new(),
+    }
+}
+
+/// Reads one whole response framed by `Content-Length`.
+fn read_reply(conn: &mut BufReader<TcpStream>) -> Reply {
+    let mut reply = read_head(conn);
+    let length: usize = reply
+        .header("Content-Length")
+        .unwrap_or_else(|| panic!("no length: {reply:?}"))
+        .parse()
+        .unwrap();
+    reply.body = vec![0; length];
+    conn.read_exact(&mut reply.body).unwrap();
+    reply
+}
+
+/// Whether the server closed the connection (end of file, or a reset).
+fn closed(conn: &mut BufReader<TcpStream>) -> bool {
+    let mut rest = Vec::new();
+    match conn.read_to_end(&mut rest) {
+        Ok(_) => rest.is_empty(),
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
+
+fn initialize(conn: &mut BufReader<TcpStream>) -> String {
+    send(
+        conn,
+        &post_raw(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"}}}),
+            None,
+        ),
+    );
+    let reply = read_reply(conn);
+    assert_eq!(reply.status, 200, "{reply:?}");
+    reply.header("Mcp-Session-Id").unwrap().to_string()
+}
+
+fn ping(conn: &mut BufReader<TcpStream>, session: &str) -> Reply {
+    send(
+        conn,
+        &post_raw(
+            &json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}),
+            Some(session),
+        ),
+    );
+    read_reply(conn)
+}
+
+#[test]
+fn a_request_that_stalls_gets_408_and_the_connection_closes() {
+    let http = server(HttpOptions {
+        read_timeout: Duration::from_millis(200),
+        ..HttpOptions::default()
+    });
+    // A body that stops short, and a head that never ends: both arrive in part and then
+    // nothing more, while the client keeps the connection open.
+    for stalled in [
+        &b"POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n{}"[..],
+        b"POST /mcp HTTP/1.1\r\nContent-Type: appl",
+        b"POST /mcp HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+    ] {
+        let mut conn = connect(http.local_addr());
+        send(&mut conn, stalled);
+        let reply = read_reply(&mut conn);
+        assert_eq!(reply.status, 408, "{reply:?}");
+        assert_eq!(reply.json()["error"]["code"], -32600);
+        assert_eq!(reply.header("Connection"), Some("close"));
+        assert!(closed(&mut conn));
+    }
+    let mut conn = connect(http.local_addr());
+    let session = initialize(&mut conn);
+    assert_eq!(ping(&mut conn, &session).status, 200);
+}
+
+#[test]
+fn an_idle_connection_closes_but_not_while_an_answer_is_due() {
+    let http = server(HttpOptions {
+        idle_timeout: Duration::from_millis(100),
+        ..HttpOptions::default()
+    });
+    let mut idle = connect(http.local_addr());
+    assert!(closed(&mut idle), "an idle connection stays open");
+
+    // A plain call that takes five idle timeouts: its connection waits for it.
+    let mut conn = connect(http.local_addr());
+    let session = initialize(&mut conn);
+    send(
+        &mut conn,
+        &post_raw(
+            &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                    "params": {"name": "sleep", "arguments": {"ms": 500}}}),
+            Some(&session),
+        ),
+    );
+    let reply = read_reply(&mut conn);
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.json()["id"], 2, "{reply:?}");
+    assert!(reply.json()["result"].is_object(), "{reply:?}");
+    // Then nothing is due, and it idles out.
+    assert!(closed(&mut conn));
+}
+
+#[test]
+fn connections_beyond_the_limit_get_503_and_closed_ones_free_their_place() {
+    let http = server(HttpOptions {
+        max_connections: 2,
+        ..HttpOptions::default()
+    });
+    let addr = http.local_addr();
+    // Two connections, each known to be served (an answer came on it).
+    let mut first = connect(addr);
+    let session = initialize(&mut first);
+    let mut second = connect(addr);
+    assert_eq!(ping(&mut second, &session).status, 200);
+
+    let mut third = connect(addr);
+    let reply = read_reply(&mut third);
+    assert_eq!(reply.status, 503, "{reply:?}");
+    assert_eq!(reply.header("Connection"), Some("close"));
+    assert!(closed(&mut third));
+
+    // Once a client leaves, its place is free again; the server notices in its own time,
+    // so a few more connections may still be turned away meanwhile.
+    drop(second);
+    let served = (0..1000).any(|_| {
+        let mut conn = connect(addr);
+        let reply = ping(&mut conn, &session);
+        assert!(matches!(reply.status, 200 | 503), "{reply:?}");
+        reply.status == 200
+    });
+    assert!(served, "a closed connection kept its place");
+    assert_eq!(ping(&mut first, &session).status, 200);
+}
+
+#[test]
+fn a_chunked_body_waits_for_100_continue_and_is_served() {
+    let http = server(HttpOptions::default());
+    let mut conn = connect(http.local_addr());
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"}}})
+    .to_string();
+    send(
+        &mut conn,
+        b"POST /mcp HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+          Expect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n",
+    );
+    // The client waits for the interim answer before it sends the body.
+    let interim = read_head(&mut conn);
+    assert_eq!(interim.status, 100, "{interim:?}");
+    let (a, b) = body.split_at(body.len() / 2);
+    let chunked = format!(
+        "{:x}\r\n{a}\r\n{:X};note=x\r\n{b}\r\n0\r\nTrailer: t\r\n\r\n",
+        a.len(),
+        b.len()
+    );
+    send(&mut conn, chunked.as_bytes());
+    let reply = read_reply(&mut conn);
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let session = reply.header("Mcp-Session-Id").unwrap().to_string();
+    assert_eq!(ping(&mut conn, &session).status, 200, "keep-alive goes on");
+}
+
+#[test]
+fn an_http_1_0_request_is_answered_and_its_connection_closed() {
+    let http = server(HttpOptions::default());
+    let mut conn = connect(http.local_addr());
+    let session = initialize(&mut conn);
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}).to_string();
+    let raw = format!(
+        "POST /mcp HTTP/1.0\r\nContent-Type: application/json\r\nMcp-Session-Id: {session}\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut old = connect(http.local_addr());
+    send(&mut old, raw.as_bytes());
+    let reply = read_reply(&mut old);
+    assert_eq!((reply.status, reply.json()["id"].clone()), (200, json!(3)));
+    assert_eq!(reply.header("Connection"), Some("close"));
+    assert!(closed(&mut old));
+}
+
+#[test]
+fn dropping_the_server_ends_its_connections_and_event_streams() {
+    let http = server(HttpOptions::default());
+    let addr = http.local_addr();
+    let mut conn = connect(addr);
+    let session = initialize(&mut conn);
+    let mut stream = connect(addr);
+    send(
+        &mut stream,
+        format!(
+            "GET /mcp HTTP/1.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    let head = read_head(&mut stream);
+    assert_eq!(head.status, 200, "{head:?}");
+    assert_eq!(head.header("Transfer-Encoding"), Some("chunked"));
+    // A connection in the middle of a request, and one that sent nothing yet.
+    let mut partial = connect(addr);
+    send(&mut partial, b"POST /mcp HTTP/1.1\r\nContent-Le");
+    let mut silent = connect(addr);
+
+    let (done, dropped) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        drop(http);
+        let _ = done.send(());
+    });
+    dropped
+        .recv_timeout(HANG)
+        .expect("dropping the server hangs");
+    // The stream ends with its last chunk, the others without a word.
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    assert!(
+        rest.ends_with(b"0\r\n\r\n"),
+        "{:?}",
+        String::from_utf8_lossy(&rest)
+    );
+    for conn in [&mut conn, &mut partial, &mut silent] {
+        assert!(closed(conn));
+    }
+}
