@@ -254,7 +254,7 @@ fn a_chunked_body_waits_for_100_continue_and_is_served() {
 }
 
 #[test]
-fn an_http_1_0_request_is_answered_and_its_connection_closed() {
+fn an_http_1_0_request_is_answered_and_its_connection_closed_unless_kept() {
     let http = server(HttpOptions::default());
     let mut conn = connect(http.local_addr());
     let session = initialize(&mut conn);
@@ -270,6 +270,16 @@ fn an_http_1_0_request_is_answered_and_its_connection_closed() {
     assert_eq!((reply.status, reply.json()["id"].clone()), (200, json!(3)));
     assert_eq!(reply.header("Connection"), Some("close"));
     assert!(closed(&mut old));
+
+    // One that asks to keep its connection is told it stays open, and it does.
+    let kept = raw.replace("HTTP/1.0\r\n", "HTTP/1.0\r\nConnection: keep-alive\r\n");
+    let mut old = connect(http.local_addr());
+    for _ in 0..2 {
+        send(&mut old, kept.as_bytes());
+        let reply = read_reply(&mut old);
+        assert_eq!(reply.status, 200, "{reply:?}");
+        assert_eq!(reply.header("Connection"), Some("keep-alive"));
+    }
 }
 
 #[test]

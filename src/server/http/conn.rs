@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::wire::{self, Framing, Head, Limits, ReadError};
+use super::wire::{self, Framing, Head, Limits, ReadError, Version};
 use crate::protocol::jsonrpc::{self, RpcError};
 
 /// Bounds of the connection layer.
@@ -211,6 +211,8 @@ pub(super) struct Responder {
     close: bool,
     /// A `HEAD` request: the answer has no body.
     head_only: bool,
+    /// An HTTP/1.0 client that asked to keep the connection: it is told it stays open.
+    says_keep_alive: bool,
     answered: bool,
 }
 
@@ -218,7 +220,11 @@ impl Responder {
     /// Sends a whole answer with a `Content-Length`.
     pub(super) fn send(mut self, status: u16, fields: &[(&str, &str)], body: &[u8]) {
         self.answered = true;
-        let bytes = wire::response(status, fields, body, self.head_only, self.close);
+        let mut fields = fields.to_vec();
+        if self.says_keep_alive {
+            fields.push(("Connection", "keep-alive"));
+        }
+        let bytes = wire::response(status, &fields, body, self.head_only, self.close);
         self.outbox.deliver(self.seq, bytes, self.close);
     }
 
@@ -583,6 +589,7 @@ fn serve(stream: TcpStream, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
             seq,
             close,
             head_only: head.method == "HEAD",
+            says_keep_alive: !close && head.version == Version::Http10,
             answered: false,
         };
         let request = Request {
