@@ -129,8 +129,9 @@ struct CallParams {
 struct InitializeParams {
     #[serde(default)]
     protocol_version: Option<String>,
+    /// An object when present (a client that sends anything else is broken: -32602).
     #[serde(default)]
-    capabilities: Option<Value>,
+    capabilities: Option<serde_json::Map<String, Value>>,
 }
 
 impl Connection {
@@ -309,7 +310,7 @@ impl Connection {
 
     fn initialize(&self, params: Option<Value>) -> Result<Value, RpcError> {
         let params: InitializeParams = jsonrpc::params(params)?;
-        *self.client_capabilities.lock() = params.capabilities.unwrap_or_else(|| json!({}));
+        *self.client_capabilities.lock() = Value::Object(params.capabilities.unwrap_or_default());
         let requested = params.protocol_version.unwrap_or_default();
         let version = SUPPORTED_VERSIONS
             .iter()

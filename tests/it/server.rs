@@ -183,6 +183,11 @@ fn initialize_declares_tasks_and_negotiates_the_version() {
     assert_eq!(older["protocolVersion"], "2025-06-18");
     let unknown = h.result("initialize", json!({"protocolVersion": "1999-01-01"}));
     assert_eq!(unknown["protocolVersion"], "2025-11-25");
+    // Capabilities are an object, or absent.
+    for capabilities in [json!(5), json!("tasks"), json!([{"elicitation": {}}])] {
+        let params = json!({"protocolVersion": "2025-11-25", "capabilities": capabilities});
+        assert_eq!(h.error_code("initialize", params), -32602, "{capabilities}");
+    }
 }
 
 #[test]
