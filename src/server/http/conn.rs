@@ -471,7 +471,7 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
         };
         if busy {
             // Answered here, without lingering: the accept loop must not wait on anyone.
-            outbox.deliver(0, refusal(503, "too many connections"), true);
+            outbox.deliver(0, refusal(503, "too many connections", false), true);
             continue;
         }
         let id = next_id;
@@ -515,8 +515,14 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
 
 /// Answers `status` as answer `seq` and ends the connection, reading (and dropping) what
 /// the client still sends for a moment so the answer is not lost to a reset.
-fn refuse(stream: &TcpStream, outbox: &Outbox, seq: u64, status: u16, why: &str) {
-    outbox.deliver(seq, refusal(status, why), true);
+/// `head_only`: the request was read as `HEAD`, so the answer has no body.
+fn refuse(stream: &TcpStream, outbox: &Outbox, seq: u64, refused: Refused) {
+    let Refused {
+        status,
+        why,
+        head_only,
+    } = refused;
+    outbox.deliver(seq, refusal(status, &why, head_only), true);
     let deadline = Instant::now() + LINGER;
     outbox.wait_written(seq, deadline);
     let mut rest = Timed {
@@ -529,12 +535,20 @@ fn refuse(stream: &TcpStream, outbox: &Outbox, seq: u64, status: u16, why: &str)
     let _ = io::copy(&mut (&mut rest).take(LINGER_BYTES), &mut io::sink());
 }
 
+/// A request the connection ends on, without serving it.
+struct Refused {
+    status: u16,
+    why: String,
+    /// Its head was read, and it was `HEAD`: the answer has no body (RFC 9110 §9.3.2).
+    head_only: bool,
+}
+
 /// A refusal that closes the connection: `status` with a JSON-RPC error saying `why`.
-fn refusal(status: u16, why: &str) -> Vec<u8> {
+fn refusal(status: u16, why: &str, head_only: bool) -> Vec<u8> {
     let error = RpcError::invalid_request(why);
     let body = serde_json::to_vec(&jsonrpc::error_response(None, &error)).unwrap_or_default();
     let json = [("Content-Type", "application/json")];
-    wire::response(status, &json, &body, false, true)
+    wire::response(status, &json, &body, head_only, true)
 }
 
 /// Reads `stream`'s requests and hands them to the handler, one after the other, until
@@ -565,20 +579,9 @@ fn serve(stream: TcpStream, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
         let seq = issued;
         let (head, body) = match read_request(&mut reader, &options.limits, outbox, seq) {
             Ok(request) => request,
-            // Nothing to answer; what is due on the connection is still written.
-            Err(ReadError::Closed) => return issued,
-            Err(ReadError::TimedOut) => {
-                refuse(
-                    &socket,
-                    outbox,
-                    seq,
-                    408,
-                    "the request did not arrive in time",
-                );
-                return issued + 1;
-            }
-            Err(ReadError::Refused(status, why)) => {
-                refuse(&socket, outbox, seq, status, &why);
+            Err(None) => return issued,
+            Err(Some(refused)) => {
+                refuse(&socket, outbox, seq, refused);
                 return issued + 1;
             }
         };
@@ -611,20 +614,39 @@ fn serve(stream: TcpStream, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
 }
 
 /// Reads one request whole: its head, and its body once the head is found acceptable.
+/// `Err(None)`: the connection ended first, and there is nobody to answer (what is due
+/// on it is still written).
 fn read_request(
     reader: &mut impl BufRead,
     limits: &Limits,
     outbox: &Outbox,
     seq: u64,
-) -> Result<(Head, Vec<u8>), ReadError> {
-    let head = wire::read_head(reader, limits)?;
-    let continues = head.expects_continue()?;
-    let framing = head.framing(limits.body_bytes)?;
-    if continues && framing != Framing::Length(0) {
-        // Only when it is this request's turn: an interim answer may not overtake the
-        // answers before it. Otherwise the client sends its body after a pause of its own.
-        outbox.write_if_next(seq, b"HTTP/1.1 100 Continue\r\n\r\n");
-    }
-    let body = wire::read_body(reader, framing, limits)?;
+) -> Result<(Head, Vec<u8>), Option<Refused>> {
+    let refused = |error: ReadError, head_only: bool| match error {
+        ReadError::Closed => None,
+        ReadError::TimedOut => Some(Refused {
+            status: 408,
+            why: "the request did not arrive in time".into(),
+            head_only,
+        }),
+        ReadError::Refused(status, why) => Some(Refused {
+            status,
+            why,
+            head_only,
+        }),
+    };
+    let head = wire::read_head(reader, limits).map_err(|e| refused(e, false))?;
+    let head_only = head.method == "HEAD";
+    let body = (|| {
+        let continues = head.expects_continue()?;
+        let framing = head.framing(limits.body_bytes)?;
+        if continues && framing != Framing::Length(0) {
+            // Only when it is this request's turn: an interim answer may not overtake the
+            // answers before it. Else the client sends its body after a pause of its own.
+            outbox.write_if_next(seq, b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        wire::read_body(reader, framing, limits)
+    })()
+    .map_err(|e| refused(e, head_only))?;
     Ok((head, body))
 }

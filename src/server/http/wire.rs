@@ -99,15 +99,20 @@ impl Head {
             .map(|(_, v)| v.as_str())
     }
 
-    /// Whether the connection stays open after this request (RFC 9112 §9.3).
+    /// Whether the connection stays open after this request (RFC 9112 §9.3): `close`
+    /// ends it whatever the version; HTTP/1.0 stays only when it asks `keep-alive`.
     pub(super) fn keeps_alive(&self) -> bool {
-        let mut tokens = self
-            .fields_named("Connection")
-            .flat_map(|v| v.split(','))
-            .map(str::trim);
+        let tokens = || {
+            self.fields_named("Connection")
+                .flat_map(|v| v.split(','))
+                .map(str::trim)
+        };
+        if tokens().any(|t| t.eq_ignore_ascii_case("close")) {
+            return false;
+        }
         match self.version {
-            Version::Http11 => !tokens.any(|t| t.eq_ignore_ascii_case("close")),
-            Version::Http10 => tokens.any(|t| t.eq_ignore_ascii_case("keep-alive")),
+            Version::Http11 => true,
+            Version::Http10 => tokens().any(|t| t.eq_ignore_ascii_case("keep-alive")),
         }
     }
 
@@ -478,6 +483,12 @@ mod tests {
         ));
         assert!(!alive("GET / HTTP/1.0\r\n\r\n"));
         assert!(alive("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"));
+        assert!(!alive(
+            "GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n"
+        ));
+        assert!(!alive(
+            "GET / HTTP/1.0\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n"
+        ));
     }
 
     #[test]
