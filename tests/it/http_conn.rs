@@ -324,3 +324,194 @@ fn dropping_the_server_ends_its_connections_and_event_streams() {
         assert!(closed(conn));
     }
 }
+
+// ----- answers that take time, and clients that do not read ------------------------------
+
+fn call(id: u64, tool: &str, arguments: Value, session: &str) -> Vec<u8> {
+    post_raw(
+        &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": tool, "arguments": arguments}}),
+        Some(session),
+    )
+}
+
+fn tasks_listed(addr: SocketAddr, session: &str) -> usize {
+    let mut conn = connect(addr);
+    send(
+        &mut conn,
+        &post_raw(
+            &json!({"jsonrpc": "2.0", "id": 9, "method": "tasks/list"}),
+            Some(session),
+        ),
+    );
+    read_reply(&mut conn).json()["result"]["tasks"]
+        .as_array()
+        .map_or(0, Vec::len)
+}
+
+/// A client that pipelines calls with large answers and never reads them: more calls than
+/// the server has tool workers. Returns once the server has read them all (the task the
+/// last one creates is listed).
+fn never_reads(addr: SocketAddr) -> BufReader<TcpStream> {
+    let mut conn = connect(addr);
+    let session = initialize(&mut conn);
+    let big = "x".repeat(3 << 20);
+    let mut raw = Vec::new();
+    for id in 0..16 {
+        raw.extend(call(100 + id, "echo", json!({"text": big}), &session));
+    }
+    for id in 0..24 {
+        raw.extend(call(200 + id, "echo", json!({"text": "small"}), &session));
+    }
+    raw.extend(post_raw(
+        &json!({"jsonrpc": "2.0", "id": 999, "method": "tools/call",
+                "params": {"name": "sleep", "arguments": {"ms": 0}, "task": {}}}),
+        Some(&session),
+    ));
+    let mut writer = conn.get_ref().try_clone().unwrap();
+    std::thread::spawn(move || {
+        let _ = writer.write_all(&raw);
+    });
+    let start = std::time::Instant::now();
+    while tasks_listed(addr, &session) == 0 {
+        assert!(
+            start.elapsed() < HANG,
+            "the server never read the last call"
+        );
+    }
+    conn
+}
+
+#[test]
+fn a_client_that_does_not_read_holds_no_tool_worker() {
+    // Answers are written by the connection's writer, never by the tool worker that
+    // produced them: with every worker's answer stuck behind a client that does not read,
+    // another client's call still gets a worker and its answer.
+    let http = server(HttpOptions {
+        write_timeout: Duration::from_secs(60),
+        ..HttpOptions::default()
+    });
+    let addr = http.local_addr();
+    let _stuck = never_reads(addr);
+    let mut other = connect(addr);
+    let session = initialize(&mut other);
+    send(
+        &mut other,
+        &call(1, "greet", json!({"name": "b"}), &session),
+    );
+    let reply = read_reply(&mut other);
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert!(reply.json()["result"].is_object(), "{reply:?}");
+}
+
+#[test]
+fn dropping_the_server_does_not_wait_for_a_client_that_does_not_read() {
+    let http = server(HttpOptions {
+        write_timeout: Duration::from_secs(60),
+        ..HttpOptions::default()
+    });
+    let _stuck = never_reads(http.local_addr());
+    let (done, dropped) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        drop(http);
+        let _ = done.send(());
+    });
+    dropped
+        .recv_timeout(HANG)
+        .expect("dropping the server hangs");
+}
+
+#[test]
+fn an_event_stream_does_not_wait_for_ever_behind_a_long_call() {
+    // A GET pipelined behind a call waits for its turn no longer than the read timeout:
+    // then it is refused (503), and the connection closes once the answer before it is
+    // written. (The call takes forty read timeouts: only a machine stalled that long could
+    // let the stream start.)
+    let http = server(HttpOptions {
+        read_timeout: Duration::from_millis(50),
+        ..HttpOptions::default()
+    });
+    let mut conn = connect(http.local_addr());
+    let session = initialize(&mut conn);
+    let mut raw = call(2, "sleep", json!({"ms": 2000}), &session);
+    raw.extend(
+        format!(
+            "GET /mcp HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\
+             Mcp-Session-Id: {session}\r\n\r\n"
+        )
+        .into_bytes(),
+    );
+    send(&mut conn, &raw);
+    let answered = read_reply(&mut conn);
+    assert_eq!(
+        (answered.status, answered.json()["id"].clone()),
+        (200, json!(2))
+    );
+    let refused = read_reply(&mut conn);
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert_eq!(refused.header("Connection"), Some("close"));
+    assert!(closed(&mut conn));
+}
+
+#[test]
+fn a_connection_with_an_answer_due_still_counts_against_the_limit() {
+    let http = server(HttpOptions {
+        max_connections: 1,
+        ..HttpOptions::default()
+    });
+    let addr = http.local_addr();
+    let mut conn = connect(addr);
+    let session = initialize(&mut conn);
+    send(
+        &mut conn,
+        &call(2, "sleep", json!({"ms": 600_000}), &session),
+    );
+    // The client sends nothing more, but its socket stays open for the answer: the server
+    // sees the end of its requests at once, and must go on counting the connection.
+    conn.get_ref().shutdown(std::net::Shutdown::Write).unwrap();
+    for attempt in 0..200 {
+        let mut other = connect(addr);
+        send(&mut other, b"GET /nothing HTTP/1.1\r\nHost: t\r\n\r\n");
+        let reply = read_reply(&mut other);
+        assert_eq!(reply.status, 503, "attempt {attempt}: {reply:?}");
+    }
+}
+
+#[test]
+fn an_http_1_0_client_gets_no_interim_answer_and_no_chunks() {
+    let http = server(HttpOptions::default());
+    let addr = http.local_addr();
+    let mut conn = connect(addr);
+    let session = initialize(&mut conn);
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}).to_string();
+    let mut old = connect(addr);
+    send(
+        &mut old,
+        format!(
+            "POST /mcp HTTP/1.0\r\nContent-Type: application/json\r\nMcp-Session-Id: {session}\r\n\
+             Expect: 100-continue\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(read_reply(&mut old).status, 200, "no 1xx to HTTP/1.0");
+
+    // Its event stream ends with the connection instead.
+    let mut old = connect(addr);
+    send(
+        &mut old,
+        format!(
+            "GET /mcp HTTP/1.0\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    let head = read_head(&mut old);
+    assert_eq!(head.status, 200, "{head:?}");
+    assert_eq!(head.header("Transfer-Encoding"), None, "{head:?}");
+    assert_eq!(head.header("Connection"), Some("close"), "{head:?}");
+    // Ending the session ends the stream, and with it the connection.
+    let delete = format!("DELETE /mcp HTTP/1.1\r\nHost: t\r\nMcp-Session-Id: {session}\r\n\r\n");
+    send(&mut conn, delete.as_bytes());
+    assert_eq!(read_reply(&mut conn).status, 200);
+    assert!(closed(&mut old));
+}

@@ -10,7 +10,8 @@
 //!   its head came); a request that breaks a rule gets its refusal (400, 413, 417, 431, 501
 //!   or 505, with a JSON-RPC -32600 error, id null, and `Connection: close`) and nothing
 //!   after it is answered; a request the bytes end inside gets nothing; `100 Continue`
-//!   comes exactly when a request with a body asks for it and its turn has come; a response
+//!   comes, just before its answer, exactly when an HTTP/1.1 request with a body asks for
+//!   it (the writer sends it once the answers before it are written); a response
 //!   to `HEAD` has no content (a refusal's neither, once the head was read whole), and
 //!   `Connection: close` is sent exactly when the connection ends after the response (RFC
 //!   9112 §9.3);
@@ -519,10 +520,12 @@ enum Stop {
 /// off `budget`: the line without its end (LF or CRLF), or `None` when no byte is left. A
 /// line that does not end within the budget gets `too_long`; one the bytes end inside,
 /// `Stop::Cut`.
+/// `crlf_only`: a line that ends in a bare LF is refused (400), as in a chunked body.
 fn take_line<'a>(
     rest: &mut &'a [u8],
     budget: &mut usize,
     too_long: u16,
+    crlf_only: bool,
 ) -> Result<Option<&'a [u8]>, Stop> {
     if *budget == 0 {
         return Err(Stop::Refused(too_long));
@@ -534,7 +537,11 @@ fn take_line<'a>(
             *budget -= lf + 1;
             *rest = &all[lf + 1..];
             let line = &window[..lf];
-            Ok(Some(line.strip_suffix(b"\r").unwrap_or(line)))
+            match line.strip_suffix(b"\r") {
+                Some(line) => Ok(Some(line)),
+                None if crlf_only => Err(Stop::Refused(400)),
+                None => Ok(Some(line)),
+            }
         }
         None if window.is_empty() => Ok(None),
         None => {
@@ -573,7 +580,7 @@ fn ascii(bytes: &[u8]) -> String {
 fn read_head(rest: &mut &[u8]) -> Result<Head, Stop> {
     let mut budget = HEAD_BYTES;
     let line = loop {
-        match take_line(rest, &mut budget, 431)? {
+        match take_line(rest, &mut budget, 431, false)? {
             None => return Err(Stop::Cut),
             Some([]) => {}
             Some(line) => break line,
@@ -601,7 +608,7 @@ fn read_head(rest: &mut &[u8]) -> Result<Head, Stop> {
     };
     let mut fields = Vec::new();
     loop {
-        let line = take_line(rest, &mut budget, 431)?.ok_or(Stop::Cut)?;
+        let line = take_line(rest, &mut budget, 431, false)?.ok_or(Stop::Cut)?;
         if line.is_empty() {
             break;
         }
@@ -663,13 +670,14 @@ fn framing(head: &Head) -> Result<Framing, u16> {
 }
 
 /// A chunked body (RFC 9112 §7.1): size lines of hex digits (an extension after `;`), each
-/// chunk's data followed by its line end, then trailer lines up to an empty one. Malformed:
-/// 400; more than [`MAX_BODY`] in all (a size past 64 bits included): 413.
+/// chunk's data followed by CRLF, then trailer lines up to an empty one, every line ending
+/// in CRLF. Malformed: 400; more than [`MAX_BODY`] in all (a size past 64 bits included):
+/// 413.
 fn read_chunked(rest: &mut &[u8]) -> Result<Vec<u8>, Stop> {
     let mut body = Vec::new();
     loop {
         let mut budget = HEAD_BYTES;
-        let line = take_line(rest, &mut budget, 400)?.ok_or(Stop::Cut)?;
+        let line = take_line(rest, &mut budget, 400, true)?.ok_or(Stop::Cut)?;
         if !text(line) {
             return Err(Stop::Refused(400));
         }
@@ -693,14 +701,14 @@ fn read_chunked(rest: &mut &[u8]) -> Result<Vec<u8>, Stop> {
         body.extend_from_slice(&rest[..size]);
         *rest = &rest[size..];
         let mut budget = 2;
-        let line = take_line(rest, &mut budget, 400)?.ok_or(Stop::Cut)?;
+        let line = take_line(rest, &mut budget, 400, true)?.ok_or(Stop::Cut)?;
         if !line.is_empty() {
             return Err(Stop::Refused(400));
         }
     }
     let mut budget = HEAD_BYTES;
     loop {
-        let line = take_line(rest, &mut budget, 400)?.ok_or(Stop::Cut)?;
+        let line = take_line(rest, &mut budget, 400, true)?.ok_or(Stop::Cut)?;
         if line.is_empty() {
             return Ok(body);
         }
@@ -738,7 +746,9 @@ fn next_step(rest: &mut &[u8]) -> Step {
         Ok(framing) => framing,
         Err(status) => return refused(status, head, false),
     };
-    let continued = expects && framing != Framing::Length(0);
+    // An HTTP/1.0 client's expectation is ignored: no interim answer to it (RFC 9110
+    // §10.1.1, §15.2).
+    let continued = expects && framing != Framing::Length(0) && !head.http10;
     let body = match framing {
         Framing::Length(n) if rest.len() < n => Err(Stop::Cut),
         Framing::Length(n) => {
@@ -829,8 +839,8 @@ fn code(reply: &Reply) -> Option<i64> {
 /// Checks what came back on a connection against what the server made of the bytes: one
 /// valid response per request read whole or refused, in order, and none for the rest
 /// (fewer only when an event stream holds the connection, or a reset may have swallowed
-/// them); `100 Continue` only before a body that asked for it, and always for the
-/// connection's first request (its turn has come at once); `Connection: close` exactly
+/// them); `100 Continue` exactly before the answer to an HTTP/1.1 request with a body
+/// that asked for it; `Connection: close` exactly
 /// when the connection ends after the response; each refusal with its status and a
 /// JSON-RPC -32600 error, id null.
 fn check_connection(conv: &Conversation, done: &Exchange) -> Result<(), String> {
@@ -852,9 +862,7 @@ fn check_connection(conv: &Conversation, done: &Exchange) -> Result<(), String> 
         let fail = |why: &str| Err(format!("response {i}: {why}: {reply:?}"));
         check_reply(reply, step.bodiless()).map_err(|why| format!("response {i}: {why}"))?;
         match reply.interim[..] {
-            [] if step.continued() && i == 0 => {
-                return fail("no 100 Continue for the body it asked to send")
-            }
+            [] if step.continued() => return fail("no 100 Continue for the body it asked to send"),
             [] => {}
             [100] if step.continued() => {}
             _ => return fail("an interim response nobody asked for"),

@@ -1,22 +1,22 @@
-//! Connections: the accept loop, one thread per connection that reads its requests in
-//! order, and an outbox that writes their answers in that same order, whichever thread
-//! produces them.
+//! Connections: the accept loop, and two threads per connection: a reader that reads its
+//! requests in order and hands each to the handler, and a writer that writes their answers
+//! in that same order (see `outbox`), whichever thread produces them.
 //!
-//! A connection's thread reads a request, hands it to the handler and reads the next: the
-//! handler passes the request on (a tool call, a waiting `tasks/result`) and returns, so
-//! requests pipelined behind a long call still reach the server at once (a cancel for that
-//! very call among them). Only an event stream keeps its connection's thread, for as long
-//! as it lasts. Answers are numbered as their requests arrive and wait in the outbox until
-//! the ones before them are written (RFC 9112 §9.3.2).
+//! The handler passes each request on (a tool call, a waiting `tasks/result`) and returns,
+//! so requests pipelined behind a long call still reach the server at once (a cancel for
+//! that very call among them), up to [`MAX_DUE`] answers still to be written: then the
+//! reader waits before it reads more. Only an event stream keeps its connection's reader,
+//! for as long as it lasts.
 //!
 //! Every wait is bounded: a request must arrive whole within `read_timeout` of its first
 //! byte (else 408), an idle connection closes after `idle_timeout` unless answers are still
-//! due on it, and a write that makes no progress for `write_timeout` ends the connection.
-//! A refused request gets its answer and the connection closes: after a request it could
-//! not read, the server cannot know where the next one starts.
+//! due on it, and an answer not written within `write_timeout` ends the connection. A
+//! refused request gets its answer and the connection closes: after a request it could
+//! not read, the server cannot know where the next one starts. A connection counts
+//! against `max_connections` until its socket is closed.
 
-use std::collections::{BTreeMap, HashMap};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::collections::HashMap;
+use std::io::{self, BufRead, BufReader, Read};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::outbox::{deadline_after, write_all_by, write_answers, Answering, Outbox, Responder};
 use super::wire::{self, Framing, Head, Limits, ReadError, Version};
 use crate::protocol::jsonrpc::{self, RpcError};
 
@@ -46,258 +47,23 @@ pub(super) struct Request {
     pub(super) responder: Responder,
 }
 
-/// What serves requests. It runs on the connection's thread: whatever takes time must be
+/// What serves requests. It runs on the connection's reader: whatever takes time must be
 /// handed elsewhere, with the [`Responder`].
 pub(super) type Handler = dyn Fn(Request) + Send + Sync;
 
-/// Unread bytes a closing connection reads and drops (at most, for at most [`LINGER`]), so
-/// that its refusal is not lost to a reset: closing a socket with unread input resets it.
-const LINGER_BYTES: u64 = 1 << 20;
-const LINGER: Duration = Duration::from_secs(1);
+/// Answers a connection may owe before its reader waits for them to be written.
+const MAX_DUE: u64 = 64;
 /// How long a failing `accept` (out of file descriptors, say) pauses before it tries again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// How long stopping lets connections finish what they write (an event stream its last
 /// chunk) before it cuts them off.
 const STOP_GRACE: Duration = Duration::from_secs(1);
-
-/// The answers due on one connection, written in the order their requests came.
-struct Outbox {
-    out: Mutex<Out>,
-    written: Condvar,
-}
-
-struct Out {
-    /// `None` once the connection is closed or broken: answers are then dropped.
-    stream: Option<TcpStream>,
-    /// The transport is stopping: nobody waits for a turn any more.
-    stopping: bool,
-    /// How many answers the connection carries in all, once its last request was read:
-    /// after the last one is written, the connection ends.
-    last: Option<u64>,
-    /// The number of the next answer to write.
-    next: u64,
-    /// Answers produced before their turn, with whether the connection closes after each.
-    ready: BTreeMap<u64, (Vec<u8>, bool)>,
-}
-
-impl Out {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let Some(stream) = &mut self.stream else {
-            return Err(io::ErrorKind::NotConnected.into());
-        };
-        let written = stream.write_all(bytes);
-        if written.is_err() {
-            // A client that stopped reading (or left): nothing more can reach it.
-            let _ = stream.shutdown(Shutdown::Both);
-            self.stream = None;
-        }
-        written
-    }
-
-    /// Ends the connection once what was written is sent.
-    fn finish(&mut self) {
-        if let Some(stream) = self.stream.take() {
-            let _ = stream.shutdown(Shutdown::Write);
-        }
-    }
-}
-
-impl Outbox {
-    fn new(stream: TcpStream) -> Outbox {
-        Outbox {
-            out: Mutex::new(Out {
-                stream: Some(stream),
-                stopping: false,
-                last: None,
-                next: 0,
-                ready: BTreeMap::new(),
-            }),
-            written: Condvar::new(),
-        }
-    }
-
-    /// Hands over answer `seq`: it is written now if its turn has come, with every answer
-    /// after it that is ready, else once the answers before it are.
-    fn deliver(&self, seq: u64, bytes: Vec<u8>, close: bool) {
-        let mut out = self.out.lock();
-        out.ready.insert(seq, (bytes, close));
-        loop {
-            let next = out.next;
-            let Some((bytes, close)) = out.ready.remove(&next) else {
-                break;
-            };
-            out.next += 1;
-            if out.write(&bytes).is_ok() && (close || out.last == Some(out.next)) {
-                out.finish();
-            }
-        }
-        drop(out);
-        self.written.notify_all();
-    }
-
-    /// Writes `bytes` at once if answer `seq` is next and nothing of it was written (an
-    /// interim `100 Continue`); else sends nothing.
-    fn write_if_next(&self, seq: u64, bytes: &[u8]) {
-        let mut out = self.out.lock();
-        if out.next == seq {
-            let _ = out.write(bytes);
-        }
-    }
-
-    /// Waits until the answers before `seq` are written; false if the connection closed.
-    fn wait_turn(&self, seq: u64) -> bool {
-        let mut out = self.out.lock();
-        while out.stream.is_some() && !out.stopping && out.next < seq {
-            self.written.wait(&mut out);
-        }
-        out.stream.is_some() && !out.stopping
-    }
-
-    /// Waits (until `deadline`) for answer `seq` to be written or dropped.
-    fn wait_written(&self, seq: u64, deadline: Instant) {
-        let mut out = self.out.lock();
-        while out.stream.is_some() && !out.stopping && out.next <= seq {
-            if self.written.wait_until(&mut out, deadline).timed_out() {
-                return;
-            }
-        }
-    }
-
-    /// No request follows the first `count`: the connection ends once their answers are
-    /// written (at once, if they are).
-    fn no_more_requests(&self, count: u64) {
-        let mut out = self.out.lock();
-        out.last = Some(count);
-        if out.next >= count {
-            out.finish();
-        }
-    }
-
-    /// Whether answers numbered below `issued` are still to be written.
-    fn owes(&self, issued: u64) -> bool {
-        let out = self.out.lock();
-        out.stream.is_some() && out.next < issued
-    }
-
-    /// Stops reading the connection (its thread sees the end of its input) and waiting
-    /// for turns on it; what is being written still goes out.
-    fn stop_reading(&self) {
-        let mut out = self.out.lock();
-        out.stopping = true;
-        if let Some(stream) = &out.stream {
-            let _ = stream.shutdown(Shutdown::Read);
-        }
-        drop(out);
-        self.written.notify_all();
-    }
-
-    /// Ends the connection now, whatever is still due on it.
-    fn close(&self) {
-        let mut out = self.out.lock();
-        if let Some(stream) = out.stream.take() {
-            let _ = stream.shutdown(Shutdown::Both);
-        }
-        drop(out);
-        self.written.notify_all();
-    }
-}
-
-/// Answers one request. Dropped unanswered (a handler that lost it, or panicked), it
-/// answers 500, so the answers after it on the connection are not held up for good.
-pub(super) struct Responder {
-    outbox: Arc<Outbox>,
-    seq: u64,
-    /// The connection ends after this answer (the client asked, or HTTP/1.0).
-    close: bool,
-    /// A `HEAD` request: the answer has no body.
-    head_only: bool,
-    /// An HTTP/1.0 client that asked to keep the connection: it is told it stays open.
-    says_keep_alive: bool,
-    answered: bool,
-}
-
-impl Responder {
-    /// Sends a whole answer with a `Content-Length`.
-    pub(super) fn send(mut self, status: u16, fields: &[(&str, &str)], body: &[u8]) {
-        self.answered = true;
-        let mut fields = fields.to_vec();
-        if self.says_keep_alive {
-            fields.push(("Connection", "keep-alive"));
-        }
-        let bytes = wire::response(status, &fields, body, self.head_only, self.close);
-        self.outbox.deliver(self.seq, bytes, self.close);
-    }
-
-    /// Starts a chunked answer that stays open (an event stream), once the answers before
-    /// it are written: until then the connection's thread waits. `None` if the connection
-    /// closed meanwhile.
-    pub(super) fn stream(mut self, fields: &[(&str, &str)]) -> Option<EventStream> {
-        self.answered = true;
-        let outbox = self.outbox.clone();
-        let stream = EventStream {
-            outbox,
-            seq: self.seq,
-            close: self.close,
-        };
-        if !stream.outbox.wait_turn(self.seq) {
-            return None;
-        }
-        stream.write(&wire::stream_head(fields)).ok()?;
-        Some(stream)
-    }
-}
-
-impl Drop for Responder {
-    fn drop(&mut self) {
-        if !self.answered {
-            let error = RpcError::internal("the request was dropped unanswered");
-            let body = serde_json::to_vec(&jsonrpc::error_response(None, &error));
-            let bytes = wire::response(
-                500,
-                &[("Content-Type", "application/json")],
-                &body.unwrap_or_default(),
-                self.head_only,
-                self.close,
-            );
-            self.outbox.deliver(self.seq, bytes, self.close);
-        }
-    }
-}
-
-/// An open chunked answer; dropping it sends the last chunk and lets the connection's
-/// next answer go.
-pub(super) struct EventStream {
-    outbox: Arc<Outbox>,
-    seq: u64,
-    close: bool,
-}
-
-impl EventStream {
-    fn write(&self, bytes: &[u8]) -> io::Result<()> {
-        self.outbox.out.lock().write(bytes)
-    }
-
-    /// Sends `data` as one chunk, at once.
-    pub(super) fn send(&self, data: &[u8]) -> io::Result<()> {
-        self.write(&wire::chunk(data))
-    }
-}
-
-impl Drop for EventStream {
-    fn drop(&mut self) {
-        let mut out = self.outbox.out.lock();
-        if out.write(&wire::chunk(b"")).is_ok() && self.close {
-            out.finish();
-        }
-        drop(out);
-        // An empty answer in its place moves the queue on (it writes nothing).
-        self.outbox.deliver(self.seq, Vec::new(), false);
-    }
-}
+/// A writer only writes bytes: a small stack will do.
+const WRITER_STACK: usize = 256 * 1024;
 
 /// A socket whose reads give up at a deadline.
 struct Timed {
-    stream: TcpStream,
+    socket: Arc<TcpStream>,
     deadline: Instant,
 }
 
@@ -307,18 +73,19 @@ impl Read for Timed {
         if left.is_zero() {
             return Err(io::ErrorKind::TimedOut.into());
         }
-        self.stream.set_read_timeout(Some(left))?;
-        self.stream.read(buf)
+        self.socket.set_read_timeout(Some(left))?;
+        (&mut &*self.socket).read(buf)
     }
 }
 
-/// A connection's entry: its outbox (so stopping can close it), its thread, and whether
-/// that thread is done (its entry goes, and the thread is joined, at the next accept).
+/// A connection's entry: its socket (so stopping can shut it down) and outbox, its threads,
+/// and how many of them still run. The socket goes when both are done, and the entry at
+/// the next accept.
 struct Live {
-    /// Let go once the thread is done, so the socket closes with the last answer.
-    outbox: Option<Arc<Outbox>>,
-    thread: Option<JoinHandle<()>>,
-    done: bool,
+    socket: Option<Arc<TcpStream>>,
+    outbox: Arc<Outbox>,
+    threads: Vec<JoinHandle<()>>,
+    running: u8,
 }
 
 struct Shared {
@@ -337,10 +104,10 @@ impl Shared {
         let mut done = Vec::new();
         let mut connections = self.connections.lock();
         connections.retain(|_, live| {
-            if live.done {
-                done.extend(live.thread.take());
+            if live.running == 0 {
+                done.append(&mut live.threads);
             }
-            !live.done
+            live.running > 0
         });
         let left = connections.len();
         drop(connections);
@@ -348,6 +115,19 @@ impl Shared {
             let _ = thread.join();
         }
         left
+    }
+
+    /// One of connection `id`'s threads is done; with the last, its socket is let go.
+    fn thread_done(&self, id: u64) {
+        let mut connections = self.connections.lock();
+        if let Some(live) = connections.get_mut(&id) {
+            live.running -= 1;
+            if live.running == 0 {
+                live.socket = None;
+            }
+        }
+        drop(connections);
+        self.ended.notify_all();
     }
 }
 
@@ -390,7 +170,7 @@ impl Transport {
         self.addr
     }
 
-    /// Stops accepting, closes every connection and joins their threads.
+    /// Stops accepting, ends every connection and joins their threads.
     pub(super) fn stop(&mut self) {
         self.shared.stopping.store(true, Ordering::Release);
         if let Some(accepting) = self.accepting.take() {
@@ -407,15 +187,18 @@ impl Transport {
                 let _ = accepting.join();
             }
         }
-        // Every connection's thread sees its input end; those in the middle of an answer
-        // (an event stream sending its last chunk) get a moment to finish it, then
-        // whatever is left is cut off.
+        // Every reader sees its input end; writers (and event streams sending their last
+        // chunk) get a moment to finish, then whatever is left is cut off. Shutting a
+        // socket down also ends a write blocked on a client that does not read.
         let mut connections = self.shared.connections.lock();
-        for outbox in connections.values().filter_map(|live| live.outbox.as_ref()) {
-            outbox.stop_reading();
+        for live in connections.values() {
+            live.outbox.stop();
+            if let Some(socket) = &live.socket {
+                let _ = socket.shutdown(Shutdown::Read);
+            }
         }
         let deadline = Instant::now() + STOP_GRACE;
-        while connections.values().any(|live| !live.done) {
+        while connections.values().any(|live| live.running > 0) {
             if self
                 .shared
                 .ended
@@ -427,13 +210,14 @@ impl Transport {
         }
         let live: Vec<Live> = connections.drain().map(|(_, live)| live).collect();
         drop(connections);
-        for outbox in live.iter().filter_map(|live| live.outbox.as_ref()) {
-            outbox.close();
-        }
-        for connection in live {
-            if let Some(thread) = connection.thread {
-                let _ = thread.join();
+        for connection in &live {
+            connection.outbox.cut();
+            if let Some(socket) = &connection.socket {
+                let _ = socket.shutdown(Shutdown::Both);
             }
+        }
+        for thread in live.into_iter().flat_map(|live| live.threads) {
+            let _ = thread.join();
         }
     }
 }
@@ -451,96 +235,78 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
         if shared.stopping.load(Ordering::Acquire) {
             return;
         }
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let socket = match accepted {
+            Ok((socket, _)) => Arc::new(socket),
             Err(error) => {
                 log::warn!("HTTP accept failed: {error}");
                 std::thread::sleep(ACCEPT_BACKOFF);
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
-        let _ = stream.set_write_timeout(Some(shared.options.write_timeout));
-        let busy = shared.prune() >= shared.options.max_connections;
-        let outbox = match stream.try_clone() {
-            Ok(clone) => Arc::new(Outbox::new(clone)),
-            Err(error) => {
-                log::warn!("HTTP connection dropped: {error}");
-                continue;
-            }
-        };
-        if busy {
-            // Answered here, without lingering: the accept loop must not wait on anyone.
-            outbox.deliver(0, refusal(503, "too many connections", false), true);
+        let _ = socket.set_nodelay(true);
+        if shared.prune() >= shared.options.max_connections {
+            // Answered here, briefly: the accept loop must not wait on anyone.
+            let busy = refusal(503, "too many connections", false);
+            let _ = write_all_by(&socket, &busy, Instant::now() + Duration::from_secs(1));
+            let _ = socket.shutdown(Shutdown::Write);
             continue;
         }
         let id = next_id;
         next_id += 1;
+        let outbox = Arc::new(Outbox::new());
         shared.connections.lock().insert(
             id,
             Live {
-                outbox: Some(outbox.clone()),
-                thread: None,
-                done: false,
+                socket: Some(socket.clone()),
+                outbox: outbox.clone(),
+                threads: Vec::new(),
+                running: 2,
             },
         );
-        let spawned = {
-            let (shared, outbox) = (shared.clone(), outbox.clone());
+        let writer = {
+            let (shared, outbox, socket) = (shared.clone(), outbox.clone(), socket.clone());
             std::thread::Builder::new()
-                .name("mcp-http-conn".into())
+                .name("mcp-http-write".into())
+                .stack_size(WRITER_STACK)
                 .spawn(move || {
-                    let answers = serve(stream, &outbox, &shared);
-                    outbox.no_more_requests(answers);
-                    if let Some(live) = shared.connections.lock().get_mut(&id) {
-                        live.done = true;
-                        live.outbox = None;
-                    }
-                    shared.ended.notify_all();
+                    write_answers(&outbox, &socket, shared.options.write_timeout);
+                    drop(socket);
+                    shared.thread_done(id);
                 })
         };
-        match spawned {
-            Ok(thread) => {
+        let reader = match writer {
+            Ok(writer) => {
                 if let Some(live) = shared.connections.lock().get_mut(&id) {
-                    live.thread = Some(thread);
+                    live.threads.push(writer);
+                }
+                let (shared, outbox, socket) = (shared.clone(), outbox.clone(), socket);
+                std::thread::Builder::new()
+                    .name("mcp-http-conn".into())
+                    .spawn(move || {
+                        let answers = serve(socket, &outbox, &shared);
+                        outbox.no_more_requests(answers);
+                        shared.thread_done(id);
+                    })
+            }
+            Err(error) => {
+                shared.thread_done(id);
+                Err(error)
+            }
+        };
+        match reader {
+            Ok(reader) => {
+                if let Some(live) = shared.connections.lock().get_mut(&id) {
+                    live.threads.push(reader);
                 }
             }
             Err(error) => {
-                log::error!("cannot spawn an HTTP connection thread: {error}");
-                shared.connections.lock().remove(&id);
-                outbox.close();
+                log::error!("cannot spawn an HTTP connection's threads: {error}");
+                // Nothing was read: the writer (if any) ends the connection at once.
+                outbox.no_more_requests(0);
+                shared.thread_done(id);
             }
         }
     }
-}
-
-/// Answers `status` as answer `seq` and ends the connection, reading (and dropping) what
-/// the client still sends for a moment so the answer is not lost to a reset.
-/// `head_only`: the request was read as `HEAD`, so the answer has no body.
-fn refuse(stream: &TcpStream, outbox: &Outbox, seq: u64, refused: Refused) {
-    let Refused {
-        status,
-        why,
-        head_only,
-    } = refused;
-    outbox.deliver(seq, refusal(status, &why, head_only), true);
-    let deadline = Instant::now() + LINGER;
-    outbox.wait_written(seq, deadline);
-    let mut rest = Timed {
-        stream: match stream.try_clone() {
-            Ok(stream) => stream,
-            Err(_) => return,
-        },
-        deadline,
-    };
-    let _ = io::copy(&mut (&mut rest).take(LINGER_BYTES), &mut io::sink());
-}
-
-/// A request the connection ends on, without serving it.
-struct Refused {
-    status: u16,
-    why: String,
-    /// Its head was read, and it was `HEAD`: the answer has no body (RFC 9110 §9.3.2).
-    head_only: bool,
 }
 
 /// A refusal that closes the connection: `status` with a JSON-RPC error saying `why`.
@@ -551,54 +317,63 @@ fn refusal(status: u16, why: &str, head_only: bool) -> Vec<u8> {
     wire::response(status, &json, &body, head_only, true)
 }
 
-/// Reads `stream`'s requests and hands them to the handler, one after the other, until
-/// the connection ends; returns how many answers it carries.
-fn serve(stream: TcpStream, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
+/// A request the connection ends on, without serving it.
+struct Refused {
+    status: u16,
+    why: String,
+    /// Its head was read, and it was `HEAD`: the answer has no body (RFC 9110 §9.3.2).
+    head_only: bool,
+}
+
+/// Reads the connection's requests and hands them to the handler, one after the other,
+/// until the connection ends; returns how many answers it carries.
+fn serve(socket: Arc<TcpStream>, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
     let options = &shared.options;
-    let Ok(socket) = stream.try_clone() else {
-        return 0;
-    };
+    let weak = Arc::downgrade(&socket);
     let mut reader = BufReader::with_capacity(
         16 * 1024,
         Timed {
-            stream,
+            socket,
             deadline: Instant::now(),
         },
     );
     let mut issued = 0u64;
-    while !shared.stopping.load(Ordering::Acquire) {
+    loop {
+        if shared.stopping.load(Ordering::Acquire) || !outbox.wait_for_room(issued, MAX_DUE) {
+            return issued;
+        }
         // Between requests: the connection may idle, but not for ever.
-        reader.get_mut().deadline = Instant::now() + options.idle_timeout;
+        reader.get_mut().deadline = deadline_after(options.idle_timeout);
         match reader.fill_buf().map_err(ReadError::from) {
             Ok([]) | Err(ReadError::Closed | ReadError::Refused(..)) => return issued,
             Ok(_) => {}
             Err(ReadError::TimedOut) if outbox.owes(issued) => continue,
             Err(ReadError::TimedOut) => return issued,
         }
-        reader.get_mut().deadline = Instant::now() + options.read_timeout;
+        reader.get_mut().deadline = deadline_after(options.read_timeout);
         let seq = issued;
         let (head, body) = match read_request(&mut reader, &options.limits, outbox, seq) {
             Ok(request) => request,
             Err(None) => return issued,
             Err(Some(refused)) => {
-                refuse(&socket, outbox, seq, refused);
+                let answer = refusal(refused.status, &refused.why, refused.head_only);
+                outbox.deliver(seq, answer, true);
                 return issued + 1;
             }
         };
         issued += 1;
-        let close = !head.keeps_alive();
-        let responder = Responder {
-            outbox: outbox.clone(),
-            seq,
-            close,
+        let how = Answering {
+            close: !head.keeps_alive(),
             head_only: head.method == "HEAD",
-            says_keep_alive: !close && head.version == Version::Http10,
-            answered: false,
+            http10: head.version == Version::Http10,
+            stream_wait: options.read_timeout,
+            write_timeout: options.write_timeout,
         };
+        let close = how.close;
         let request = Request {
             head,
             body,
-            responder,
+            responder: Responder::new(outbox.clone(), weak.clone(), seq, how),
         };
         // A panic while handling one request must not end the transport's other work; the
         // request's responder, dropped in the unwinding, answers 500.
@@ -606,11 +381,10 @@ fn serve(stream: TcpStream, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
         if std::panic::catch_unwind(AssertUnwindSafe(|| handler(request))).is_err() {
             log::error!("an HTTP request handler panicked; the connection goes on");
         }
-        if close {
-            break;
+        if close || outbox.closing() {
+            return issued;
         }
     }
-    issued
 }
 
 /// Reads one request whole: its head, and its body once the head is found acceptable.
@@ -640,10 +414,10 @@ fn read_request(
     let body = (|| {
         let continues = head.expects_continue()?;
         let framing = head.framing(limits.body_bytes)?;
-        if continues && framing != Framing::Length(0) {
-            // Only when it is this request's turn: an interim answer may not overtake the
-            // answers before it. Else the client sends its body after a pause of its own.
-            outbox.write_if_next(seq, b"HTTP/1.1 100 Continue\r\n\r\n");
+        // No interim answer to an HTTP/1.0 client, whose expectation is ignored (RFC 9110
+        // §10.1.1, §15.2).
+        if continues && framing != Framing::Length(0) && head.version == Version::Http11 {
+            outbox.continue_before(seq);
         }
         wire::read_body(reader, framing, limits)
     })()

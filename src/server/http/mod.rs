@@ -49,7 +49,8 @@ use crossbeam_channel::{select, Receiver, Sender};
 use parking_lot::Mutex;
 use serde_json::Value;
 
-use self::conn::{ConnOptions, EventStream, Request, Responder, Transport};
+use self::conn::{ConnOptions, Request, Transport};
+use self::outbox::{EventStream, Responder};
 use self::wire::{Head, Limits};
 
 use super::connection::{supported_version, unsupported_version};
@@ -60,6 +61,7 @@ use crate::protocol::{header_value, sep2663, RequestMeta};
 use crate::TaskStore;
 
 mod conn;
+mod outbox;
 mod wire;
 
 /// Bytes a request head may hold (request line, fields, line ends).

@@ -177,6 +177,16 @@ fn too_large(max: usize) -> ReadError {
     refused(413, format!("the body is larger than {max} bytes"))
 }
 
+/// How a line may end.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ends {
+    /// CRLF or a bare LF (RFC 9112 §2.2 lets a head's lines end in LF).
+    CrLfOrLf,
+    /// CRLF only: the lines of a chunked body, where a proxy that reads a bare LF
+    /// otherwise would see other chunks than this server.
+    CrLf,
+}
+
 /// Reads one line of at most `budget` bytes (end included) into `line`, without its line
 /// end, and takes its length off `budget`. `Ok(false)`: the stream ended before any byte.
 fn read_line(
@@ -184,6 +194,7 @@ fn read_line(
     budget: &mut usize,
     line: &mut Vec<u8>,
     too_long: u16,
+    ends: Ends,
 ) -> Result<bool, ReadError> {
     line.clear();
     if *budget == 0 {
@@ -206,6 +217,8 @@ fn read_line(
     }
     if line.last() == Some(&b'\r') {
         line.pop();
+    } else if ends == Ends::CrLf {
+        return Err(refused(400, "a line of a chunked body ends without CRLF"));
     }
     Ok(true)
 }
@@ -228,7 +241,7 @@ pub(super) fn read_head(reader: &mut impl BufRead, limits: &Limits) -> Result<He
     let mut line = Vec::with_capacity(256);
     // Empty lines before the request line are skipped (RFC 9112 §2.2).
     loop {
-        if !read_line(reader, &mut budget, &mut line, 431)? {
+        if !read_line(reader, &mut budget, &mut line, 431, Ends::CrLfOrLf)? {
             return Err(ReadError::Closed);
         }
         if !line.is_empty() {
@@ -261,7 +274,7 @@ pub(super) fn read_head(reader: &mut impl BufRead, limits: &Limits) -> Result<He
     };
     let mut fields = Vec::new();
     loop {
-        if !read_line(reader, &mut budget, &mut line, 431)? {
+        if !read_line(reader, &mut budget, &mut line, 431, Ends::CrLfOrLf)? {
             return Err(ReadError::Closed);
         }
         if line.is_empty() {
@@ -318,7 +331,7 @@ fn read_chunked(reader: &mut impl BufRead, limits: &Limits) -> Result<Vec<u8>, R
     let mut line = Vec::new();
     loop {
         let mut budget = limits.head_bytes;
-        if !read_line(reader, &mut budget, &mut line, 400)? {
+        if !read_line(reader, &mut budget, &mut line, 400, Ends::CrLf)? {
             return Err(ReadError::Closed);
         }
         let text = std::str::from_utf8(&line)
@@ -346,7 +359,7 @@ fn read_chunked(reader: &mut impl BufRead, limits: &Limits) -> Result<Vec<u8>, R
             return Err(ReadError::Closed);
         }
         let mut budget = 2;
-        if !read_line(reader, &mut budget, &mut line, 400)? {
+        if !read_line(reader, &mut budget, &mut line, 400, Ends::CrLf)? {
             return Err(ReadError::Closed);
         }
         if !line.is_empty() {
@@ -356,7 +369,7 @@ fn read_chunked(reader: &mut impl BufRead, limits: &Limits) -> Result<Vec<u8>, R
     // The trailer section, read and ignored.
     let mut budget = limits.head_bytes;
     loop {
-        if !read_line(reader, &mut budget, &mut line, 400)? {
+        if !read_line(reader, &mut budget, &mut line, 400, Ends::CrLf)? {
             return Err(ReadError::Closed);
         }
         if line.is_empty() {
@@ -417,9 +430,13 @@ pub(super) fn response(
     out
 }
 
-/// The head of an event stream (a chunked response that stays open).
-pub(super) fn stream_head(fields: &[(&str, &str)]) -> Vec<u8> {
-    let mut out = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n".to_vec();
+/// The head of an event stream: a response that stays open, in chunks (or, for HTTP/1.0,
+/// delimited by the end of the connection).
+pub(super) fn stream_head(fields: &[(&str, &str)], chunked: bool) -> Vec<u8> {
+    let mut out = b"HTTP/1.1 200 OK\r\n".to_vec();
+    if chunked {
+        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+    }
     for (name, value) in fields {
         out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
     }
@@ -548,6 +565,24 @@ mod tests {
             "{post}Transfer-Encoding: Chunked\r\n\r\n3;ext=1\r\nabc\r\nA \r\n0123456789\r\n0\r\nT: x\r\n\r\n"
         );
         assert_eq!(request(&chunked).unwrap(), b"abc0123456789");
+    }
+
+    #[test]
+    fn chunked_lines_end_in_crlf_only() {
+        let post = "POST /mcp HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        for chunks in [
+            "3\nabc\r\n0\r\n\r\n",
+            "3\r\nabc\n0\r\n\r\n",
+            "3\r\nabc\r\n0\n\r\n",
+            "3\r\nabc\r\n0\r\nT: x\n\r\n",
+            "3\r\nabc\r\n0\r\n\n",
+        ] {
+            assert_eq!(
+                status(request(&format!("{post}{chunks}"))),
+                400,
+                "{chunks:?}"
+            );
+        }
     }
 
     #[test]

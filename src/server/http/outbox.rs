@@ -1,0 +1,481 @@
+//! A connection's answers: queued by whichever thread produces them (the connection's own,
+//! a tool worker, a waiting `tasks/result`) and written in request order (RFC 9112 §9.3.2)
+//! by the connection's writer thread. Producers never write: a client that stops reading
+//! stalls only its own writer, never a tool worker or anyone else's answers.
+//!
+//! An event stream is the exception: its own thread writes it, once every answer before it
+//! is written and while the writer has nothing else to write on that connection.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::wire;
+use crate::protocol::jsonrpc::{self, RpcError};
+
+/// Unread bytes a finished connection reads and drops (at most, for at most [`LINGER`]),
+/// so that its last answer is not lost to a reset: closing a socket with unread input
+/// resets it, and the client may lose what it had not read yet.
+const LINGER_BYTES: u64 = 1 << 20;
+const LINGER: Duration = Duration::from_secs(1);
+
+/// `now + after`, or a year from now when that is past what `Instant` holds.
+pub(super) fn deadline_after(after: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(after)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+}
+
+/// Writes all of `bytes` by `deadline` (a per-call timeout would let a client that reads a
+/// byte now and then hold the writer for ever).
+pub(super) fn write_all_by(
+    socket: &TcpStream,
+    mut bytes: &[u8],
+    deadline: Instant,
+) -> io::Result<()> {
+    while !bytes.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        socket.set_write_timeout(Some(left))?;
+        match (&mut &*socket).write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Ends a connection whose last answer was written: the client sees the end after it,
+/// and what it still sends is read and dropped for a moment (see [`LINGER`]).
+fn finish(socket: &TcpStream) {
+    let _ = socket.shutdown(Shutdown::Write);
+    let deadline = Instant::now() + LINGER;
+    let mut rest = [0u8; 16 * 1024];
+    let mut dropped = 0u64;
+    while dropped < LINGER_BYTES {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || socket.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        match (&mut &*socket).read(&mut rest) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => dropped += n as u64,
+        }
+    }
+}
+
+struct Answer {
+    bytes: Vec<u8>,
+    /// The connection ends after it.
+    close: bool,
+}
+
+struct State {
+    /// The number of the next answer to write.
+    next: u64,
+    /// Answers produced before their turn.
+    ready: BTreeMap<u64, Answer>,
+    /// Answers to precede with an interim `100 Continue`, written when it is their turn.
+    interim: BTreeSet<u64>,
+    /// The writer is writing outside the lock.
+    writing: bool,
+    /// Answer `next` is an event stream, written by its own thread.
+    streaming: bool,
+    /// How many answers the connection carries, once its last request was read.
+    last: Option<u64>,
+    /// An answer that ends the connection was produced: no request after it is read.
+    closing: bool,
+    /// Nothing more goes out: the last answer was written, or the connection broke or was
+    /// cut off.
+    ended: bool,
+    /// The transport is stopping: nobody waits for room or a turn any more.
+    stopping: bool,
+}
+
+/// The answers due on one connection. It holds no socket, so answers still being worked
+/// on (which hold it) do not hold the connection's file descriptor.
+pub(super) struct Outbox {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Outbox {
+    pub(super) fn new() -> Outbox {
+        Outbox {
+            state: Mutex::new(State {
+                next: 0,
+                ready: BTreeMap::new(),
+                interim: BTreeSet::new(),
+                writing: false,
+                streaming: false,
+                last: None,
+                closing: false,
+                ended: false,
+                stopping: false,
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Queues answer `seq` for the writer.
+    pub(super) fn deliver(&self, seq: u64, bytes: Vec<u8>, close: bool) {
+        let mut state = self.state.lock();
+        if state.ended {
+            return;
+        }
+        state.closing |= close;
+        state.ready.insert(seq, Answer { bytes, close });
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    /// Queues an interim `100 Continue` ahead of answer `seq`.
+    pub(super) fn continue_before(&self, seq: u64) {
+        self.state.lock().interim.insert(seq);
+        self.changed.notify_all();
+    }
+
+    /// Waits until fewer than `max_due` of the first `issued` answers are still to be
+    /// written (so a client cannot pile up answers behind a long call); false if the
+    /// connection ended or the transport is stopping meanwhile.
+    pub(super) fn wait_for_room(&self, issued: u64, max_due: u64) -> bool {
+        let mut state = self.state.lock();
+        while !state.ended && !state.stopping && issued - state.next >= max_due {
+            self.changed.wait(&mut state);
+        }
+        !state.ended && !state.stopping
+    }
+
+    /// Whether some of the first `issued` answers are still to be written.
+    pub(super) fn owes(&self, issued: u64) -> bool {
+        let state = self.state.lock();
+        !state.ended && state.next < issued
+    }
+
+    /// Whether the connection ends before any further request could be answered.
+    pub(super) fn closing(&self) -> bool {
+        let state = self.state.lock();
+        state.closing || state.ended
+    }
+
+    /// No request follows the first `count`: the connection ends once their answers are
+    /// written.
+    pub(super) fn no_more_requests(&self, count: u64) {
+        self.state.lock().last = Some(count);
+        self.changed.notify_all();
+    }
+
+    /// The transport is stopping: waits for room or a turn end (the writer goes on).
+    pub(super) fn stop(&self) {
+        self.state.lock().stopping = true;
+        self.changed.notify_all();
+    }
+
+    /// Nothing more goes out (the socket was shut down, or is about to be).
+    pub(super) fn cut(&self) {
+        self.state.lock().ended = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits until answer `seq` may be written by its own thread (an event stream): every
+    /// answer before it written, the writer idle. False when that did not happen by
+    /// `deadline`, or the connection ended or the transport is stopping.
+    fn begin_stream(&self, seq: u64, deadline: Instant) -> bool {
+        let mut state = self.state.lock();
+        loop {
+            if state.ended || state.stopping {
+                return false;
+            }
+            // Its own `100 Continue`, if one is due, goes first (the writer is about to).
+            if state.next == seq && !state.writing && !state.interim.contains(&seq) {
+                break;
+            }
+            if self.changed.wait_until(&mut state, deadline).timed_out() {
+                return false;
+            }
+        }
+        state.streaming = true;
+        true
+    }
+
+    /// The stream in answer `seq` is over: the writer takes the connection back.
+    fn end_stream(&self, seq: u64, close: bool) {
+        let mut state = self.state.lock();
+        state.streaming = false;
+        drop(state);
+        self.deliver(seq, Vec::new(), close);
+    }
+
+    /// What the writer writes next, waiting until there is something: the bytes, whether
+    /// the connection ends after them, and whether they complete an answer. `None` when
+    /// the connection is over (it was cut, or `finish` is due).
+    fn next_to_write(&self) -> Option<(Vec<u8>, bool, bool)> {
+        let mut state = self.state.lock();
+        loop {
+            if state.ended {
+                return None;
+            }
+            if !state.streaming {
+                let next = state.next;
+                if state.interim.remove(&next) {
+                    state.writing = true;
+                    return Some((b"HTTP/1.1 100 Continue\r\n\r\n".to_vec(), false, false));
+                }
+                if let Some(answer) = state.ready.remove(&next) {
+                    state.writing = true;
+                    return Some((answer.bytes, answer.close, true));
+                }
+                if state.last == Some(next) {
+                    state.ended = true;
+                    drop(state);
+                    self.changed.notify_all();
+                    return Some((Vec::new(), true, false));
+                }
+            }
+            self.changed.wait(&mut state);
+        }
+    }
+
+    /// The writer wrote (or failed to write) what `next_to_write` gave it; true if the
+    /// connection ends now.
+    fn written(&self, ok: bool, close: bool, completes: bool) -> bool {
+        let mut state = self.state.lock();
+        state.writing = false;
+        if completes {
+            state.next += 1;
+        }
+        let ends = !ok || close || state.last == Some(state.next);
+        state.ended |= ends;
+        drop(state);
+        self.changed.notify_all();
+        ends
+    }
+}
+
+/// The connection's writer: writes its answers in order until the connection is over.
+pub(super) fn write_answers(outbox: &Outbox, socket: &TcpStream, write_timeout: Duration) {
+    while let Some((bytes, close, completes)) = outbox.next_to_write() {
+        let ok = write_all_by(socket, &bytes, deadline_after(write_timeout)).is_ok();
+        if outbox.written(ok, close, completes) {
+            if ok {
+                finish(socket);
+            } else {
+                // A client that stopped reading (or left): nothing more can reach it.
+                let _ = socket.shutdown(Shutdown::Both);
+            }
+            return;
+        }
+    }
+}
+
+/// How a request's answer goes out.
+pub(super) struct Answering {
+    /// The connection ends after this answer (the client asked, or HTTP/1.0).
+    pub(super) close: bool,
+    /// A `HEAD` request: the answer has no body.
+    pub(super) head_only: bool,
+    /// An HTTP/1.0 client: told when its connection stays open, and never sent chunks.
+    pub(super) http10: bool,
+    /// How long an event stream waits for the answers before it, and each of its writes.
+    pub(super) stream_wait: Duration,
+    pub(super) write_timeout: Duration,
+}
+
+/// Answers one request. Dropped unanswered (a handler that lost it, or panicked), it
+/// answers 500, so the answers after it on the connection are not held up for good.
+pub(super) struct Responder {
+    outbox: Arc<Outbox>,
+    /// For an event stream only; weak, so an answer being worked on elsewhere does not hold
+    /// the connection's file descriptor.
+    socket: Weak<TcpStream>,
+    seq: u64,
+    how: Answering,
+    answered: bool,
+}
+
+impl Responder {
+    pub(super) fn new(
+        outbox: Arc<Outbox>,
+        socket: Weak<TcpStream>,
+        seq: u64,
+        how: Answering,
+    ) -> Responder {
+        Responder {
+            outbox,
+            socket,
+            seq,
+            how,
+            answered: false,
+        }
+    }
+
+    fn send_now(&mut self, status: u16, fields: &[(&str, &str)], body: &[u8], close: bool) {
+        self.answered = true;
+        let mut fields = fields.to_vec();
+        if self.how.http10 && !close {
+            fields.push(("Connection", "keep-alive"));
+        }
+        let bytes = wire::response(status, &fields, body, self.how.head_only, close);
+        self.outbox.deliver(self.seq, bytes, close);
+    }
+
+    /// Sends a whole answer with a `Content-Length`.
+    pub(super) fn send(mut self, status: u16, fields: &[(&str, &str)], body: &[u8]) {
+        let close = self.how.close;
+        self.send_now(status, fields, body, close);
+    }
+
+    /// Starts an answer that stays open (an event stream) once the answers before it are
+    /// written; the connection's thread waits for that, but not longer than `stream_wait`
+    /// (a client does not wait for a stream behind a long call on the same connection):
+    /// then it gets 503 and the connection closes. `None` when the stream did not start.
+    pub(super) fn stream(mut self, fields: &[(&str, &str)]) -> Option<EventStream> {
+        let socket = self.socket.upgrade();
+        let started = socket.is_some()
+            && self
+                .outbox
+                .begin_stream(self.seq, deadline_after(self.how.stream_wait));
+        let (Some(socket), true) = (socket, started) else {
+            let error = RpcError::internal(
+                "an event stream cannot wait behind answers still due on its connection: \
+                 open it on a connection of its own",
+            );
+            let body = serde_json::to_vec(&jsonrpc::error_response(None, &error));
+            let json = [("Content-Type", "application/json")];
+            self.send_now(503, &json, &body.unwrap_or_default(), true);
+            return None;
+        };
+        self.answered = true;
+        // HTTP/1.0 knows no chunks: its stream is delimited by the connection's end.
+        let chunked = !self.how.http10;
+        let mut fields = fields.to_vec();
+        if !chunked {
+            fields.push(("Connection", "close"));
+        }
+        let stream = EventStream {
+            outbox: self.outbox.clone(),
+            socket,
+            seq: self.seq,
+            chunked,
+            close: self.how.close || !chunked,
+            write_timeout: self.how.write_timeout,
+        };
+        stream
+            .write(&wire::stream_head(&fields, chunked))
+            .ok()
+            .map(|()| stream)
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        if !self.answered {
+            let error = RpcError::internal("the request was dropped unanswered");
+            let body = serde_json::to_vec(&jsonrpc::error_response(None, &error));
+            let json = [("Content-Type", "application/json")];
+            let close = self.how.close;
+            self.send_now(500, &json, &body.unwrap_or_default(), close);
+        }
+    }
+}
+
+/// An open event stream, written by the thread that holds it; dropping it ends it and
+/// gives the connection back to its writer.
+pub(super) struct EventStream {
+    outbox: Arc<Outbox>,
+    socket: Arc<TcpStream>,
+    seq: u64,
+    chunked: bool,
+    close: bool,
+    write_timeout: Duration,
+}
+
+impl EventStream {
+    fn write(&self, bytes: &[u8]) -> io::Result<()> {
+        let written = write_all_by(&self.socket, bytes, deadline_after(self.write_timeout));
+        if written.is_err() {
+            let _ = self.socket.shutdown(Shutdown::Both);
+            self.outbox.cut();
+        }
+        written
+    }
+
+    /// Sends `data` at once (as one chunk, unless HTTP/1.0).
+    pub(super) fn send(&self, data: &[u8]) -> io::Result<()> {
+        if self.chunked {
+            self.write(&wire::chunk(data))
+        } else {
+            self.write(data)
+        }
+    }
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        if self.chunked {
+            let _ = self.write(&wire::chunk(b""));
+        }
+        self.outbox.end_stream(self.seq, self.close);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn room_runs_out_at_max_due_and_comes_back_as_answers_are_written() {
+        let outbox = Outbox::new();
+        // Two answers issued, none written: room for a third only while max_due > 2.
+        assert!(outbox.owes(2));
+        let room = |issued, max_due| {
+            let state = outbox.state.lock();
+            issued - state.next < max_due
+        };
+        assert!(room(2, 3));
+        assert!(!room(2, 2));
+        outbox.deliver(0, b"a".to_vec(), false);
+        assert_eq!(outbox.next_to_write().map(|w| w.0), Some(b"a".to_vec()));
+        assert!(!outbox.written(true, false, true));
+        assert!(room(2, 2));
+        assert!(outbox.wait_for_room(2, 2));
+    }
+
+    #[test]
+    fn answers_go_out_in_request_order_with_their_interim_first() {
+        let outbox = Outbox::new();
+        outbox.deliver(1, b"second".to_vec(), false);
+        outbox.continue_before(0);
+        outbox.deliver(0, b"first".to_vec(), false);
+        outbox.no_more_requests(2);
+        let mut out = Vec::new();
+        while let Some((bytes, close, completes)) = outbox.next_to_write() {
+            out.push(String::from_utf8(bytes).unwrap());
+            if outbox.written(true, close, completes) {
+                break;
+            }
+        }
+        assert_eq!(out, ["HTTP/1.1 100 Continue\r\n\r\n", "first", "second"]);
+        assert!(outbox.closing());
+    }
+
+    #[test]
+    fn a_stream_waits_for_the_answers_before_it_but_not_for_ever() {
+        let outbox = Outbox::new();
+        let soon = Instant::now() + Duration::from_millis(1);
+        assert!(!outbox.begin_stream(1, soon), "answer 0 is still due");
+        outbox.deliver(0, b"a".to_vec(), false);
+        let writing = outbox.next_to_write().unwrap();
+        assert!(!outbox.begin_stream(1, soon), "answer 0 is being written");
+        outbox.written(true, writing.1, writing.2);
+        assert!(outbox.begin_stream(1, soon));
+    }
+}
