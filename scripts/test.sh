@@ -7,11 +7,14 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
 # Tools the tests need besides cargo: a C compiler and valgrind (the C ABI tests), Python
-# (the ctypes test), Node and npm (the interop suites). Install what a fresh machine lacks.
+# with venv (the ctypes test, the Python SDK interop suite), Node and npm (the other interop
+# suites). Install what a fresh machine lacks.
 missing=()
 command -v gcc >/dev/null || missing+=(gcc)
 command -v valgrind >/dev/null || missing+=(valgrind)
 command -v python3 >/dev/null || missing+=(python3)
+# The Python SDK interop suite makes its own virtual environment.
+python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
     step "installing ${missing[*]}"
     apt-get update -qq && apt-get install -y -qq "${missing[@]}"
@@ -59,6 +62,9 @@ MCP_SERVER_CMD="$ts_server" bash tests/interop/ts/run.sh
 
 step "interop: the official TypeScript SDK client (2025-11-25) over Streamable HTTP"
 MCP_SERVER_TRANSPORT=http MCP_SERVER_CMD="$ts_server" bash tests/interop/ts/run.sh
+
+step "interop: the official Python SDK client (2025-11-25) over stdio and Streamable HTTP"
+MCP_TASK_SERVER="$server" bash tests/interop/py/run.sh
 
 step "interop: a SEP-2663 client (@modelcontextprotocol/ext-tasks) over stdio"
 MCP_TASK_SERVER="$server" bash tests/interop/sep2663/run.sh
