@@ -1565,7 +1565,18 @@ fn expected(step: &Step, live: Option<&str>) -> Want {
         Step::Served { head, body, .. } => (head, body),
     };
     // The transport: path, origin, protocol version, method.
-    if head.target.split('?').next() != Some("/mcp") {
+    // The absolute form names scheme and host before the path (RFC 9112 §3.2.2).
+    let target = head.target.as_str();
+    let path = ["http://", "https://"]
+        .iter()
+        .find_map(|scheme| {
+            let rest = target.get(scheme.len()..)?;
+            target[..scheme.len()]
+                .eq_ignore_ascii_case(scheme)
+                .then(|| rest.find(['/', '?']).map_or("/", |at| &rest[at..]))
+        })
+        .unwrap_or(target);
+    if path.split('?').next() != Some("/mcp") {
         return Want::Error(404, -32600);
     }
     if let Some(origin) = head.field("Origin") {
@@ -1643,6 +1654,10 @@ fn expect_error(reply: &Reply, status: u16, codes: &[i64], id: IdRule) -> Result
             reply.status,
             String::from_utf8_lossy(&reply.body)
         ));
+    }
+    // RFC 9110 §15.5.6: a 405 says which methods are allowed.
+    if status == 405 && reply.header("Allow").is_none_or(|a| !a.contains("POST")) {
+        return Err(format!("a 405 without an Allow naming POST: {reply:?}"));
     }
     Ok(())
 }

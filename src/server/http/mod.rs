@@ -213,6 +213,8 @@ struct Answer {
     status: u16,
     body: Option<Value>,
     session: Option<String>,
+    /// The methods a 405 allows (RFC 9110 §15.5.6).
+    allow: Option<&'static str>,
 }
 
 impl Answer {
@@ -221,6 +223,7 @@ impl Answer {
             status,
             body: Some(body),
             session: None,
+            allow: None,
         }
     }
 
@@ -229,6 +232,15 @@ impl Answer {
             status,
             body: None,
             session: None,
+            allow: None,
+        }
+    }
+
+    /// 405: the method is not one of `allow`.
+    fn not_allowed(allow: &'static str, why: &str) -> Answer {
+        Answer {
+            allow: Some(allow),
+            ..Answer::error(405, RpcError::invalid_request(why))
         }
     }
 
@@ -441,7 +453,7 @@ fn handle(state: &Arc<State>, request: Request) {
         body,
         responder,
     } = request;
-    let path = head.target.split('?').next().unwrap_or("");
+    let path = path_of(&head.target);
     // A declared body past the limit was refused with 413 before it was read (`conn`).
     let answer = if path != "/mcp" {
         Answer::error(404, RpcError::invalid_request("the MCP endpoint is /mcp"))
@@ -457,7 +469,7 @@ fn handle(state: &Arc<State>, request: Request) {
             "POST" => return post(state, &head, body, responder),
             "GET" => return get(state, &head, responder),
             "DELETE" => delete(state, &head),
-            _ => Answer::error(405, RpcError::invalid_request("use POST, GET or DELETE")),
+            _ => Answer::not_allowed("POST, GET, DELETE", "use POST, GET or DELETE"),
         }
     };
     respond(responder, answer);
@@ -474,7 +486,28 @@ fn respond(responder: Responder, answer: Answer) {
     if let Some(session) = &answer.session {
         fields.push(("Mcp-Session-Id", session.as_str()));
     }
+    if let Some(allow) = answer.allow {
+        fields.push(("Allow", allow));
+    }
     responder.send(answer.status, &fields, body.as_deref().unwrap_or_default());
+}
+
+/// The path of a request target, query aside. The absolute form, which a server must
+/// accept too (RFC 9112 §3.2.2), names its scheme and host before the path.
+fn path_of(target: &str) -> &str {
+    let scheme = ["http://", "https://"].into_iter().find(|s| {
+        target
+            .get(..s.len())
+            .is_some_and(|t| t.eq_ignore_ascii_case(s))
+    });
+    let path = match scheme {
+        Some(scheme) => {
+            let rest = &target[scheme.len()..];
+            rest.find(['/', '?']).map_or("/", |at| &rest[at..])
+        }
+        None => target,
+    };
+    path.split('?').next().unwrap_or("")
 }
 
 /// Browsers send `Origin`; only loopback pages (and configured ones) may talk to us.
@@ -735,9 +768,8 @@ fn open_session(state: &Arc<State>, responder: Responder, message: Message) {
             return Answer::json(200, response);
         }
         Answer {
-            status: 200,
-            body: Some(response),
             session: Some(id),
+            ..Answer::json(200, response)
         }
     });
 }
@@ -794,10 +826,7 @@ fn get(state: &Arc<State>, head: &Head, responder: Responder) {
         Err(answer) => {
             // Stateless (2026-07-28) clients have no stream to open.
             let answer = if head.field("Mcp-Session-Id").is_none() {
-                Answer::error(
-                    405,
-                    RpcError::invalid_request("no session: nothing to stream"),
-                )
+                Answer::not_allowed("POST", "no session: nothing to stream")
             } else {
                 answer
             };
@@ -855,7 +884,23 @@ fn stream_events(
 
 #[cfg(test)]
 mod tests {
-    use super::origin_allowed;
+    use super::{origin_allowed, path_of};
+
+    #[test]
+    fn paths_come_from_origin_and_absolute_form_targets() {
+        for (target, path) in [
+            ("/mcp", "/mcp"),
+            ("/mcp?x=1", "/mcp"),
+            ("http://127.0.0.1:3000/mcp", "/mcp"),
+            ("HTTP://localhost/mcp?x", "/mcp"),
+            ("https://h/mcp/", "/mcp/"),
+            ("http://h", "/"),
+            ("*", "*"),
+            ("http:/mcp", "http:/mcp"),
+        ] {
+            assert_eq!(path_of(target), path, "{target}");
+        }
+    }
 
     #[test]
     fn only_loopback_and_listed_origins_are_allowed() {
