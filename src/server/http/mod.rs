@@ -14,12 +14,13 @@
 //!   stream (server-sent events) for status notifications and server-to-client requests
 //!   such as elicitation; `DELETE /mcp` ends the session.
 //!
-//! Each connection is read by a thread of its own, which hands every request to its
-//! connection and reads the next: an answer is written by whichever thread produces it,
-//! in the order the requests came (see `conn`), so a long tool call or a blocking
-//! `tasks/result` holds no thread of the transport (the connection bounds its waiting
-//! `tasks/result` calls). An event stream keeps its connection's thread while it lasts
-//! (one per session: a new `GET` replaces the session's stream, which ends).
+//! Each client connection has a reader, which hands every request to its MCP connection
+//! and reads the next, and a writer, which writes the answers in the order the requests
+//! came, whichever thread produced them (see `conn` and `outbox`). So a long tool call or a
+//! blocking `tasks/result` holds no thread of the transport (the connection bounds its
+//! waiting `tasks/result` calls), and a client that stops reading holds only its own
+//! writer. An event stream keeps its connection's reader while it lasts (one per session:
+//! a new `GET` replaces the session's stream, which ends).
 //! Bodies are limited in size, and a browser `Origin` other than loopback is refused (DNS
 //! rebinding).
 //!
@@ -29,8 +30,8 @@
 //!
 //! # Limits
 //!
-//! The HTTP/1.1 layer is the crate's own (`wire` and `conn`): plain HTTP only (no TLS, no
-//! HTTP/2), bodies framed by `Content-Length` or chunked, every wait bounded
+//! The HTTP/1.1 layer is the crate's own (`wire`, `conn`, `outbox`): plain HTTP only (no
+//! TLS, no HTTP/2), bodies framed by `Content-Length` or chunked, every wait bounded
 //! ([`HttpOptions::read_timeout`], [`HttpOptions::idle_timeout`],
 //! [`HttpOptions::write_timeout`]) and every size capped (heads at 64 KiB and 100 fields,
 //! bodies at [`HttpOptions::max_body_bytes`], connections at
