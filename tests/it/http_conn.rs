@@ -7,7 +7,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use mcp_task_store::server::{HttpOptions, HttpServer};
+use mcp_task_store::server::{
+    demo, text_result, HttpOptions, HttpServer, Server, TaskSupport, Tool,
+};
 use serde_json::{json, Value};
 
 use crate::fixtures::demo_http_server;
@@ -349,29 +351,49 @@ fn tasks_listed(addr: SocketAddr, session: &str) -> usize {
         .map_or(0, Vec::len)
 }
 
-/// A client that pipelines calls with large answers and never reads them: more calls than
-/// the server has tool workers. Returns once the server has read them all (the task the
-/// last one creates is listed).
+/// A demo server plus `big`: a tool that waits until the returned sender is dropped, then
+/// answers with 3 MiB of text.
+fn gated_server(options: HttpOptions) -> (HttpServer, crossbeam_channel::Sender<()>) {
+    let (open, gate) = crossbeam_channel::bounded::<()>(0);
+    let big = Tool::new(
+        "big",
+        "Waits for the test, then answers 3 MiB",
+        json!({"type": "object"}),
+        TaskSupport::Optional,
+        move |_, _| {
+            let _ = gate.recv();
+            Ok(text_result("x".repeat(3 << 20)))
+        },
+    );
+    let mut builder = Server::builder().tool(big);
+    for tool in demo::tools() {
+        builder = builder.tool(tool);
+    }
+    let server = builder.build().unwrap();
+    (
+        HttpServer::bind(server, "127.0.0.1:0", options).unwrap(),
+        open,
+    )
+}
+
+/// A client that pipelines two calls to `big` for each of the server's 16 tool workers,
+/// and never reads their answers (96 MiB: loopback buffers hold 36 at most here, so more
+/// answers than there are workers stay unwritten). Returns once the server has read them
+/// all (the task the call after them creates is listed); dropping the gate then lets the
+/// workers produce the answers.
 fn never_reads(addr: SocketAddr) -> BufReader<TcpStream> {
     let mut conn = connect(addr);
     let session = initialize(&mut conn);
-    let big = "x".repeat(3 << 20);
     let mut raw = Vec::new();
-    for id in 0..16 {
-        raw.extend(call(100 + id, "echo", json!({"text": big}), &session));
-    }
-    for id in 0..24 {
-        raw.extend(call(200 + id, "echo", json!({"text": "small"}), &session));
+    for id in 0..32 {
+        raw.extend(call(100 + id, "big", json!({}), &session));
     }
     raw.extend(post_raw(
         &json!({"jsonrpc": "2.0", "id": 999, "method": "tools/call",
                 "params": {"name": "sleep", "arguments": {"ms": 0}, "task": {}}}),
         Some(&session),
     ));
-    let mut writer = conn.get_ref().try_clone().unwrap();
-    std::thread::spawn(move || {
-        let _ = writer.write_all(&raw);
-    });
+    send(&mut conn, &raw);
     let start = std::time::Instant::now();
     while tasks_listed(addr, &session) == 0 {
         assert!(
@@ -387,12 +409,13 @@ fn a_client_that_does_not_read_holds_no_tool_worker() {
     // Answers are written by the connection's writer, never by the tool worker that
     // produced them: with every worker's answer stuck behind a client that does not read,
     // another client's call still gets a worker and its answer.
-    let http = server(HttpOptions {
+    let (http, gate) = gated_server(HttpOptions {
         write_timeout: Duration::from_secs(60),
         ..HttpOptions::default()
     });
     let addr = http.local_addr();
     let _stuck = never_reads(addr);
+    drop(gate);
     let mut other = connect(addr);
     let session = initialize(&mut other);
     send(
@@ -406,11 +429,16 @@ fn a_client_that_does_not_read_holds_no_tool_worker() {
 
 #[test]
 fn dropping_the_server_does_not_wait_for_a_client_that_does_not_read() {
-    let http = server(HttpOptions {
+    let (http, gate) = gated_server(HttpOptions {
         write_timeout: Duration::from_secs(60),
         ..HttpOptions::default()
     });
-    let _stuck = never_reads(http.local_addr());
+    let stuck = never_reads(http.local_addr());
+    drop(gate);
+    // Once the writer is stuck, the client's socket holds all it can: wait for the first
+    // answer's bytes to show there, without reading them.
+    let mut peek = [0u8; 1];
+    stuck.get_ref().peek(&mut peek).unwrap();
     let (done, dropped) = crossbeam_channel::bounded(1);
     std::thread::spawn(move || {
         drop(http);

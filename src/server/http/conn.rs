@@ -4,9 +4,9 @@
 //!
 //! The handler passes each request on (a tool call, a waiting `tasks/result`) and returns,
 //! so requests pipelined behind a long call still reach the server at once (a cancel for
-//! that very call among them), up to [`MAX_DUE`] answers still to be written: then the
-//! reader waits before it reads more. Only an event stream keeps its connection's reader,
-//! for as long as it lasts.
+//! that very call among them). Answers ready before their turn wait in the outbox, up to
+//! [`MAX_WAITING`]: then the reader waits before it reads more. Only an event stream keeps
+//! its connection's reader, for as long as it lasts.
 //!
 //! Every wait is bounded: a request must arrive whole within `read_timeout` of its first
 //! byte (else 408), an idle connection closes after `idle_timeout` unless answers are still
@@ -51,8 +51,9 @@ pub(super) struct Request {
 /// handed elsewhere, with the [`Responder`].
 pub(super) type Handler = dyn Fn(Request) + Send + Sync;
 
-/// Answers a connection may owe before its reader waits for them to be written.
-const MAX_DUE: u64 = 64;
+/// Answers (and their bytes) that may wait for their turn on a connection before its
+/// reader waits for them to be written.
+const MAX_WAITING: (usize, usize) = (64, 16 * 1024 * 1024);
 /// How long a failing `accept` (out of file descriptors, say) pauses before it tries again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// How long stopping lets connections finish what they write (an event stream its last
@@ -339,7 +340,7 @@ fn serve(socket: Arc<TcpStream>, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
     );
     let mut issued = 0u64;
     loop {
-        if shared.stopping.load(Ordering::Acquire) || !outbox.wait_for_room(issued, MAX_DUE) {
+        if shared.stopping.load(Ordering::Acquire) || !outbox.wait_for_room(MAX_WAITING) {
             return issued;
         }
         // Between requests: the connection may idle, but not for ever.

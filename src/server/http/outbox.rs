@@ -81,8 +81,9 @@ struct Answer {
 struct State {
     /// The number of the next answer to write.
     next: u64,
-    /// Answers produced before their turn.
+    /// Answers produced before their turn, and their bytes in all.
     ready: BTreeMap<u64, Answer>,
+    ready_bytes: usize,
     /// Answers to precede with an interim `100 Continue`, written when it is their turn.
     interim: BTreeSet<u64>,
     /// The writer is writing outside the lock.
@@ -113,6 +114,7 @@ impl Outbox {
             state: Mutex::new(State {
                 next: 0,
                 ready: BTreeMap::new(),
+                ready_bytes: 0,
                 interim: BTreeSet::new(),
                 writing: false,
                 streaming: false,
@@ -132,6 +134,7 @@ impl Outbox {
             return;
         }
         state.closing |= close;
+        state.ready_bytes += bytes.len();
         state.ready.insert(seq, Answer { bytes, close });
         drop(state);
         self.changed.notify_all();
@@ -143,12 +146,17 @@ impl Outbox {
         self.changed.notify_all();
     }
 
-    /// Waits until fewer than `max_due` of the first `issued` answers are still to be
-    /// written (so a client cannot pile up answers behind a long call); false if the
-    /// connection ended or the transport is stopping meanwhile.
-    pub(super) fn wait_for_room(&self, issued: u64, max_due: u64) -> bool {
+    /// Waits until fewer than `max.0` answers, and fewer than `max.1` bytes of them, wait
+    /// for their turn (so a client cannot pile answers up behind a long call); false if
+    /// the connection ended or the transport is stopping meanwhile. Answers still being
+    /// worked on do not count: the server bounds them itself, and a request behind them
+    /// (a cancel, an answer to an elicitation) may be what they wait for.
+    pub(super) fn wait_for_room(&self, max: (usize, usize)) -> bool {
         let mut state = self.state.lock();
-        while !state.ended && !state.stopping && issued - state.next >= max_due {
+        while !state.ended
+            && !state.stopping
+            && (state.ready.len() >= max.0 || state.ready_bytes >= max.1)
+        {
             self.changed.wait(&mut state);
         }
         !state.ended && !state.stopping
@@ -230,6 +238,7 @@ impl Outbox {
                     return Some((b"HTTP/1.1 100 Continue\r\n\r\n".to_vec(), false, false));
                 }
                 if let Some(answer) = state.ready.remove(&next) {
+                    state.ready_bytes -= answer.bytes.len();
                     state.writing = true;
                     return Some((answer.bytes, answer.close, true));
                 }
@@ -432,21 +441,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn room_runs_out_at_max_due_and_comes_back_as_answers_are_written() {
+    fn room_runs_out_with_answers_waiting_their_turn_and_comes_back_as_they_go() {
         let outbox = Outbox::new();
-        // Two answers issued, none written: room for a third only while max_due > 2.
-        assert!(outbox.owes(2));
-        let room = |issued, max_due| {
+        let room = |max: (usize, usize)| {
             let state = outbox.state.lock();
-            issued - state.next < max_due
+            state.ready.len() < max.0 && state.ready_bytes < max.1
         };
-        assert!(room(2, 3));
-        assert!(!room(2, 2));
+        // Answer 0 is being worked on; answers 1 and 2 (3 bytes) wait behind it.
+        assert!(outbox.owes(3));
+        assert!(room((1, 1)), "answers being worked on take no room");
+        outbox.deliver(1, b"b".to_vec(), false);
+        outbox.deliver(2, b"cc".to_vec(), false);
+        assert!(room((3, 4)));
+        assert!(!room((2, 4)), "two answers wait");
+        assert!(!room((3, 3)), "three bytes wait");
         outbox.deliver(0, b"a".to_vec(), false);
-        assert_eq!(outbox.next_to_write().map(|w| w.0), Some(b"a".to_vec()));
-        assert!(!outbox.written(true, false, true));
-        assert!(room(2, 2));
-        assert!(outbox.wait_for_room(2, 2));
+        for _ in 0..3 {
+            let (bytes, close, completes) = outbox.next_to_write().unwrap();
+            assert!(!bytes.is_empty());
+            assert!(!outbox.written(true, close, completes));
+        }
+        assert!(room((1, 1)));
+        assert!(outbox.wait_for_room((1, 1)));
+        assert!(!outbox.owes(3));
     }
 
     #[test]
