@@ -543,3 +543,122 @@ fn an_http_1_0_client_gets_no_interim_answer_and_no_chunks() {
     assert_eq!(read_reply(&mut conn).status, 200);
     assert!(closed(&mut old));
 }
+
+#[test]
+fn a_cancel_pipelined_behind_many_waiting_calls_is_read() {
+    // Answers in progress do not count against the bound on answers waiting their turn:
+    // a hundred blocking tasks/result calls, then a cancel for the first. The cancel must
+    // be read, or the first call (and every one behind it) waits for a ten-minute task.
+    let http = server(HttpOptions::default());
+    let mut conn = connect(http.local_addr());
+    let session = initialize(&mut conn);
+    send(
+        &mut conn,
+        &post_raw(
+            &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "sleep_required", "arguments": {"ms": 600_000}, "task": {}}}),
+            Some(&session),
+        ),
+    );
+    let created = read_reply(&mut conn).json();
+    let task = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut raw = Vec::new();
+    for id in 0..100 {
+        raw.extend(post_raw(
+            &json!({"jsonrpc": "2.0", "id": 1000 + id, "method": "tasks/result",
+                    "params": {"taskId": task}}),
+            Some(&session),
+        ));
+    }
+    raw.extend(post_raw(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": 1000}}),
+        Some(&session),
+    ));
+    send(&mut conn, &raw);
+    let first = read_reply(&mut conn);
+    assert_eq!(first.status, 202, "the cancelled call: {first:?}");
+}
+
+#[test]
+fn a_client_that_reads_steadily_gets_a_large_answer_whole() {
+    // The write timeout bounds an answer's time by its size: 8 MiB read at about 6 MB/s
+    // takes over a second, far past a 100 ms write timeout, and must still arrive whole.
+    let http = server(HttpOptions {
+        write_timeout: Duration::from_millis(100),
+        max_body_bytes: 16 << 20,
+        ..HttpOptions::default()
+    });
+    let mut conn = connect(http.local_addr());
+    let session = initialize(&mut conn);
+    send(
+        &mut conn,
+        &call(5, "echo", json!({"text": "x".repeat(8 << 20)}), &session),
+    );
+    let head = read_head(&mut conn);
+    let length: usize = head.header("Content-Length").unwrap().parse().unwrap();
+    let mut got = 0;
+    let mut buf = vec![0; 64 * 1024];
+    while got < length {
+        let n = conn
+            .read(&mut buf[..(length - got).min(64 * 1024)])
+            .unwrap();
+        assert!(n > 0, "cut off after {got} of {length} bytes");
+        got += n;
+        // The client's pace (the workload), not a synchronisation.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+extern "C" fn ignore_signal(_: libc::c_int) {}
+
+#[test]
+fn a_signal_on_a_waiting_reader_does_not_end_its_connection() {
+    // An embedding program may install signal handlers; one that runs on a connection's
+    // reader while it waits for the next request interrupts the read (Linux never restarts
+    // reads that have a timeout). That is not the client leaving.
+    // SAFETY: installs a handler that does nothing, for a signal nothing else here uses.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = ignore_signal as *const () as usize;
+        action.sa_flags = libc::SA_RESTART;
+        assert_eq!(
+            libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()),
+            0
+        );
+    }
+    let http = server(HttpOptions::default());
+    let mut conn = connect(http.local_addr());
+    let session = initialize(&mut conn);
+    // Every reader now waiting in recvfrom (this connection's among them; other tests'
+    // readers only see a read interrupted, which is what this test is about).
+    let start = std::time::Instant::now();
+    let waiting = loop {
+        assert!(start.elapsed() < HANG, "no reader waits for a request");
+        let readers: Vec<i32> = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|task| {
+                let path = task.ok()?.path();
+                let name = std::fs::read_to_string(path.join("comm")).ok()?;
+                let syscall = std::fs::read_to_string(path.join("syscall")).ok()?;
+                let number: i64 = syscall.split(' ').next()?.parse().ok()?;
+                (name.trim() == "mcp-http-conn" && number == libc::SYS_recvfrom)
+                    .then(|| path.file_name()?.to_str()?.parse().ok())
+                    .flatten()
+            })
+            .collect();
+        if !readers.is_empty() {
+            break readers;
+        }
+    };
+    for reader in waiting {
+        // SAFETY: signals a thread of this process with a signal whose handler is above.
+        unsafe {
+            libc::syscall(libc::SYS_tgkill, libc::getpid(), reader, libc::SIGUSR1);
+        }
+    }
+    assert_eq!(ping(&mut conn, &session).status, 200);
+}

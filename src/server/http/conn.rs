@@ -10,7 +10,8 @@
 //!
 //! Every wait is bounded: a request must arrive whole within `read_timeout` of its first
 //! byte (else 408), an idle connection closes after `idle_timeout` unless answers are still
-//! due on it, and an answer not written within `write_timeout` ends the connection. A
+//! due on it, and an answer not written within `write_timeout` (plus a second per 64 KiB)
+//! ends the connection. A
 //! refused request gets its answer and the connection closes: after a request it could
 //! not read, the server cannot know where the next one starts. A connection counts
 //! against `max_connections` until its socket is closed.
@@ -75,7 +76,12 @@ impl Read for Timed {
             return Err(io::ErrorKind::TimedOut.into());
         }
         self.socket.set_read_timeout(Some(left))?;
-        (&mut &*self.socket).read(buf)
+        match (&mut &*self.socket).read(buf) {
+            // A signal handler ran on this thread: not the client's doing (Linux never
+            // restarts a read that has a timeout, SA_RESTART or not).
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => self.read(buf),
+            read => read,
+        }
     }
 }
 

@@ -84,8 +84,9 @@ pub struct HttpOptions {
     /// A connection with no request coming and no answer due closes after this (default
     /// 2 minutes).
     pub idle_timeout: Duration,
-    /// A write that makes no progress for this long ends its connection: a client that
-    /// stopped reading holds no thread longer (default 30 s).
+    /// An answer (or an event) not written within this, plus a second per 64 KiB of it,
+    /// ends its connection (default 30 s): a client that reads steadily gets a large answer
+    /// whole, and one that stopped reading holds its connection's writer no longer.
     pub write_timeout: Duration,
     /// Most 2025-11-25 sessions open at once (default 1024).
     pub max_sessions: usize,

@@ -23,6 +23,17 @@ use crate::protocol::jsonrpc::{self, RpcError};
 const LINGER_BYTES: u64 = 1 << 20;
 const LINGER: Duration = Duration::from_secs(1);
 
+/// The slowest a client may read an answer, past the write timeout: an answer of `n` bytes
+/// has `write_timeout + n / MIN_READ_RATE` to go out.
+const MIN_READ_RATE: usize = 64 * 1024;
+
+/// When an answer of `len` bytes must be written by: `write_timeout` plus a second per
+/// [`MIN_READ_RATE`] bytes, so a client that reads steadily gets a large answer whole, and
+/// one that reads a byte now and then cannot hold the writer for ever.
+fn write_deadline(write_timeout: Duration, len: usize) -> Instant {
+    deadline_after(write_timeout.saturating_add(Duration::from_secs((len / MIN_READ_RATE) as u64)))
+}
+
 /// `now + after`, or a year from now when that is past what `Instant` holds.
 pub(super) fn deadline_after(after: Duration) -> Instant {
     let now = Instant::now();
@@ -66,8 +77,10 @@ fn finish(socket: &TcpStream) {
             break;
         }
         match (&mut &*socket).read(&mut rest) {
-            Ok(0) | Err(_) => break,
+            Ok(0) => break,
             Ok(n) => dropped += n as u64,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
         }
     }
 }
@@ -272,7 +285,7 @@ impl Outbox {
 /// The connection's writer: writes its answers in order until the connection is over.
 pub(super) fn write_answers(outbox: &Outbox, socket: &TcpStream, write_timeout: Duration) {
     while let Some((bytes, close, completes)) = outbox.next_to_write() {
-        let ok = write_all_by(socket, &bytes, deadline_after(write_timeout)).is_ok();
+        let ok = write_all_by(socket, &bytes, write_deadline(write_timeout, bytes.len())).is_ok();
         if outbox.written(ok, close, completes) {
             if ok {
                 finish(socket);
@@ -366,7 +379,7 @@ impl Responder {
         // HTTP/1.0 knows no chunks: its stream is delimited by the connection's end.
         let chunked = !self.how.http10;
         let mut fields = fields.to_vec();
-        if !chunked {
+        if !chunked || self.how.close {
             fields.push(("Connection", "close"));
         }
         let stream = EventStream {
@@ -409,7 +422,8 @@ pub(super) struct EventStream {
 
 impl EventStream {
     fn write(&self, bytes: &[u8]) -> io::Result<()> {
-        let written = write_all_by(&self.socket, bytes, deadline_after(self.write_timeout));
+        let deadline = write_deadline(self.write_timeout, bytes.len());
+        let written = write_all_by(&self.socket, bytes, deadline);
         if written.is_err() {
             let _ = self.socket.shutdown(Shutdown::Both);
             self.outbox.cut();
