@@ -286,6 +286,9 @@ struct HttpResponse {
     body: Box<dyn BufRead + Send>,
     /// The connection, to lift its read timeout for an event-stream body.
     socket: TcpStream,
+    /// The session the request named (`Mcp-Session-Id`), if any: what the server sends on
+    /// this response belongs to it.
+    session: Option<String>,
     /// Keeps the connection among the open ones until the response is dropped.
     _open: Option<OpenConnection>,
 }
@@ -452,6 +455,7 @@ fn read_head(mut reader: BufReader<TcpStream>, socket: TcpStream) -> io::Result<
         headers,
         body,
         socket,
+        session: None,
         _open: None,
     })
 }
@@ -805,8 +809,12 @@ impl Inner {
             .map_err(|e| ClientError::Protocol(format!("cannot serialise a message: {e}")))?;
         let link = self.link(message);
         let limit = link.idle.unwrap_or(self.idle);
-        let response = exchange(&self.endpoint, "POST", &self.headers(message), &body, link)
+        let headers = self.headers(message);
+        let mut response = exchange(&self.endpoint, "POST", &headers, &body, link)
             .map_err(|e| self.io_error_after(e, limit))?;
+        response.session = headers
+            .into_iter()
+            .find_map(|(name, value)| (name == "Mcp-Session-Id").then_some(value));
         if let Some(session) = response.header("Mcp-Session-Id") {
             let mut current = self.session.lock();
             if current.is_none() {
@@ -881,7 +889,7 @@ impl Inner {
             ));
         };
         *self.session.lock() = Some(session.clone());
-        self.shared.new_session();
+        self.shared.new_session(&session);
         let initialized = jsonrpc::notification("notifications/initialized", serde_json::json!({}));
         let sent = self.post(&initialized);
         // The event stream's reader goes on in the new session (it waits for this renewal
@@ -909,6 +917,7 @@ impl Inner {
         let status = response.status;
         if response.is_event_stream() {
             response.wait_for_events().map_err(ClientError::io)?;
+            let session = response.session;
             let mut body = response.body;
             let mut answered = false;
             read_events(&mut body, |data| {
@@ -922,7 +931,7 @@ impl Inner {
                     }
                 }
                 match message {
-                    Ok(message) => self.shared.incoming(message),
+                    Ok(message) => self.shared.incoming_from(message, session.as_deref()),
                     Err(rejected) => log::warn!("mcp client: bad event: {}", rejected.error),
                 }
                 !answered
@@ -1132,7 +1141,7 @@ impl Inner {
         let mut body = response.body;
         let read = read_events_resuming(&mut body, resume, |data| {
             delivered = true;
-            self.shared.incoming_text(data);
+            self.shared.incoming_text_from(data, session);
             true
         });
         self.stream.state.lock().socket = None;

@@ -98,6 +98,9 @@ struct Inputs {
     seen_order: VecDeque<RequestId>,
     /// The size of `per_task` at which tasks with nothing in flight are next forgotten.
     prune_at: usize,
+    /// The HTTP session that replaced a forgotten one, if any did: requests that still
+    /// come from another session (late, on its streams) are that forgotten session's.
+    renewed_session: Option<String>,
 }
 
 impl Inputs {
@@ -182,6 +185,13 @@ impl Shared {
     /// the dispatcher; of the notifications, `notifications/tools/list_changed` marks the
     /// tools the client knows as stale, the others are only logged.
     pub(crate) fn incoming(&self, message: Message) {
+        self.incoming_from(message, None)
+    }
+
+    /// [`incoming`](Self::incoming) for a message that came in HTTP `session`. A request
+    /// from a session a renewal replaced is dropped: that session and its tasks are gone,
+    /// and its request ids could repeat the new session's.
+    pub(crate) fn incoming_from(&self, message: Message, session: Option<&str>) {
         match message {
             Message::Response(Response { id, outcome }) => {
                 self.complete(&id, outcome.map_err(ClientError::Rpc))
@@ -189,6 +199,17 @@ impl Shared {
             Message::Request(request) => {
                 {
                     let mut inputs = self.inputs.lock();
+                    let forgotten = match (&inputs.renewed_session, session) {
+                        (Some(current), Some(from)) => current != from,
+                        _ => false,
+                    };
+                    if forgotten {
+                        log::debug!(
+                            "mcp client: request {} of a forgotten session; ignored",
+                            request.id
+                        );
+                        return;
+                    }
                     if !inputs.first_sight(&request.id) {
                         log::debug!("mcp client: request {} arrived again; ignored", request.id);
                         return;
@@ -212,8 +233,13 @@ impl Shared {
 
     /// Parses one message text and routes it.
     pub(crate) fn incoming_text(&self, text: &str) {
+        self.incoming_text_from(text, None)
+    }
+
+    /// [`incoming_text`](Self::incoming_text) for a message that came in HTTP `session`.
+    pub(crate) fn incoming_text_from(&self, text: &str, session: Option<&str>) {
         match jsonrpc::parse_message(text) {
-            Ok(message) => self.incoming(message),
+            Ok(message) => self.incoming_from(message, session),
             Err(rejected) => log::warn!(
                 "mcp client: ignoring a malformed message from the server: {}",
                 rejected.error
@@ -236,14 +262,17 @@ impl Shared {
         }
     }
 
-    /// A new session replaced a forgotten one (HTTP): the server numbers its requests
-    /// afresh (a restarted server from 0 again), so the ids of the old session's requests
-    /// are forgotten, lest a new request be dropped as a repeat of an old one.
+    /// `session` replaced a forgotten one (HTTP): the server numbers its requests afresh
+    /// (a restarted server from 0 again), so the ids of the old session's requests are
+    /// forgotten, lest a new request be dropped as a repeat of an old one; and requests
+    /// still coming from the old session are dropped, in the same step, so none of them
+    /// can pass for a new one.
     #[cfg(feature = "http")]
-    pub(crate) fn new_session(&self) {
+    pub(crate) fn new_session(&self, session: &str) {
         let mut inputs = self.inputs.lock();
         inputs.seen.clear();
         inputs.seen_order.clear();
+        inputs.renewed_session = Some(session.to_owned());
     }
 
     /// How many times the server said its tools changed.
@@ -543,6 +572,27 @@ mod tests {
             .contains(&RequestId::Number(3 * REMEMBERED as i64)));
         // Every request is still in flight (nobody ran the dispatcher): none is forgotten.
         assert_eq!(inputs.per_task.len(), 3 * REMEMBERED);
+    }
+
+    #[cfg(feature = "http")]
+    #[test]
+    fn after_a_renewal_requests_of_the_forgotten_session_are_dropped() {
+        let (shared, jobs) = Shared::new();
+        shared.incoming_from(request(1, "t"), Some("old"));
+        assert_eq!(
+            jobs.try_iter().count(),
+            1,
+            "no renewal yet: any session is current"
+        );
+        shared.new_session("new");
+        // A late copy of the old session's request, and a new one of its own: both gone.
+        shared.incoming_from(request(1, "t"), Some("old"));
+        shared.incoming_from(request(2, "t"), Some("old"));
+        assert_eq!(jobs.try_iter().count(), 0);
+        // The new session numbers afresh: its request 1 is not a repeat.
+        shared.incoming_from(request(1, "t"), Some("new"));
+        shared.incoming_from(request(1, "t"), Some("new"));
+        assert_eq!(jobs.try_iter().count(), 1);
     }
 
     #[test]
