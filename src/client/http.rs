@@ -915,9 +915,9 @@ impl Inner {
         response: HttpResponse,
     ) -> Result<(), ClientError> {
         let status = response.status;
+        let session = response.session.clone();
         if response.is_event_stream() {
             response.wait_for_events().map_err(ClientError::io)?;
-            let session = response.session;
             let mut body = response.body;
             let mut answered = false;
             read_events(&mut body, |data| {
@@ -968,7 +968,8 @@ impl Inner {
                 if initialize {
                     self.note_version(&response);
                 }
-                self.shared.incoming(Message::Response(response));
+                self.shared
+                    .incoming_from(Message::Response(response), session.as_deref());
                 Ok(())
             }
             // An error under another id (a proxy's placeholder, say) still answers the
@@ -981,7 +982,7 @@ impl Inner {
                 Ok(())
             }
             Ok(message) => {
-                self.shared.incoming(message);
+                self.shared.incoming_from(message, session.as_deref());
                 Err(no_answer(text))
             }
             // An error the transport answered before any request id was read.

@@ -181,16 +181,12 @@ impl Shared {
         }
     }
 
-    /// Routes a message from the server: responses to their waiting request, requests to
-    /// the dispatcher; of the notifications, `notifications/tools/list_changed` marks the
-    /// tools the client knows as stale, the others are only logged.
-    pub(crate) fn incoming(&self, message: Message) {
-        self.incoming_from(message, None)
-    }
-
-    /// [`incoming`](Self::incoming) for a message that came in HTTP `session`. A request
-    /// from a session a renewal replaced is dropped: that session and its tasks are gone,
-    /// and its request ids could repeat the new session's.
+    /// Routes a message from the server that came in HTTP `session` (`None`: no session,
+    /// or stdio): responses to their waiting request, requests to the dispatcher; of the
+    /// notifications, `notifications/tools/list_changed` marks the tools the client knows
+    /// as stale, the others are only logged. A request from a session a renewal replaced
+    /// is dropped: that session and its tasks are gone, and its request ids could repeat
+    /// the new session's.
     pub(crate) fn incoming_from(&self, message: Message, session: Option<&str>) {
         match message {
             Message::Response(Response { id, outcome }) => {
@@ -231,12 +227,7 @@ impl Shared {
         }
     }
 
-    /// Parses one message text and routes it.
-    pub(crate) fn incoming_text(&self, text: &str) {
-        self.incoming_text_from(text, None)
-    }
-
-    /// [`incoming_text`](Self::incoming_text) for a message that came in HTTP `session`.
+    /// Parses one message text and routes it (see [`incoming_from`](Self::incoming_from)).
     pub(crate) fn incoming_text_from(&self, text: &str, session: Option<&str>) {
         match jsonrpc::parse_message(text) {
             Ok(message) => self.incoming_from(message, session),
@@ -337,7 +328,7 @@ pub(crate) trait Transport: Send + Sync {
 }
 
 /// Starts the thread that answers the server's requests through the handlers (each request
-/// id once: [`Shared::incoming`] drops repeats).
+/// id once: [`Shared::incoming_from`] drops repeats).
 pub(crate) fn start_dispatcher(
     jobs: Receiver<Work>,
     shared: Arc<Shared>,
@@ -500,7 +491,7 @@ fn read_lines(reader: Box<dyn Read + Send>, shared: &Shared) {
                 let text = String::from_utf8_lossy(&line);
                 let text = text.trim();
                 if !text.is_empty() {
-                    shared.incoming_text(text);
+                    shared.incoming_text_from(text, None);
                 }
             }
             Err(error) => break format!("reading from the server failed: {error}"),
@@ -559,11 +550,11 @@ mod tests {
     #[test]
     fn repeats_are_dropped_and_only_the_latest_ids_are_remembered() {
         let (shared, jobs) = Shared::new();
-        shared.incoming(request(1, "t"));
-        shared.incoming(request(1, "t"));
+        shared.incoming_from(request(1, "t"), None);
+        shared.incoming_from(request(1, "t"), None);
         assert_eq!(jobs.try_iter().count(), 1, "a repeat is dispatched once");
         for id in 2..=(3 * REMEMBERED as i64) {
-            shared.incoming(request(id, &format!("t{id}")));
+            shared.incoming_from(request(id, &format!("t{id}")), None);
         }
         let inputs = shared.inputs.lock();
         assert!(inputs.seen.len() <= REMEMBERED && inputs.seen_order.len() <= REMEMBERED);
@@ -600,11 +591,11 @@ mod tests {
         let (shared, _jobs) = Shared::new();
         for id in 0..(3 * REMEMBERED as i64) {
             let task = format!("t{id}");
-            shared.incoming(request(id, &task));
+            shared.incoming_from(request(id, &task), None);
             shared.input_done(&task);
         }
         assert!(shared.inputs.lock().per_task.len() <= REMEMBERED);
-        shared.incoming(request(-1, "followed"));
+        shared.incoming_from(request(-1, "followed"), None);
         shared.input_done("followed");
         assert_eq!(shared.task_inputs("followed").seen, 1);
         shared.forget_task("followed");
