@@ -129,7 +129,8 @@ struct CallParams {
 struct InitializeParams {
     #[serde(default)]
     protocol_version: Option<String>,
-    /// An object when present (a client that sends anything else is broken: -32602).
+    /// An object, or absent (`null` counts as absent); anything else is a broken client's
+    /// (-32602).
     #[serde(default)]
     capabilities: Option<serde_json::Map<String, Value>>,
 }

@@ -809,8 +809,8 @@ fn check_all(
 }
 
 /// [`run`] for two clients' worth of messages sent at once, from two threads, over the
-/// same connection (as HTTP workers share one): placeholders name only the tasks known
-/// before, and a cancel in either list may withhold a response.
+/// same connection (as HTTP clients share the stateless one): placeholders name only the
+/// tasks known before, and a cancel in either list may withhold a response.
 fn run_concurrently(rev: Rev, a: &[Msg], b: &[Msg]) -> Result<(), TestCaseError> {
     let mut h = Harness::new(rev);
     h.create_task(0);

@@ -608,7 +608,7 @@ fn an_unsupported_protocol_version_header_gets_400() {
 }
 
 #[test]
-fn blocked_tasks_result_calls_hold_no_http_worker() {
+fn waiting_tasks_result_calls_leave_the_server_free_and_all_end_with_their_task() {
     let http = start();
     let addr = http.local_addr();
     let session = initialize(addr);
@@ -797,7 +797,7 @@ fn a_request_its_client_cancels_gets_no_response() {
     );
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                         "params": {"requestId": 7}});
-    // The two POSTs race to the server's workers, and a cancel that arrives first finds
+    // The two POSTs race on their two connections, and a cancel that arrives first finds
     // nothing to cancel: it is sent again until the call has stopped.
     pending
         .set_read_timeout(Some(Duration::from_millis(200)))

@@ -195,6 +195,24 @@ fn an_idle_connection_closes_but_not_while_an_answer_is_due() {
 }
 
 #[test]
+fn the_idle_time_counts_from_the_last_answer() {
+    // A call longer than most of the idle timeout: the connection's idle time starts when
+    // its answer is written, not when the request came, so a request sent a moment after
+    // the answer still finds the connection open.
+    let http = server(HttpOptions {
+        idle_timeout: Duration::from_millis(1000),
+        ..HttpOptions::default()
+    });
+    let mut conn = connect(http.local_addr());
+    let session = initialize(&mut conn);
+    send(&mut conn, &call(2, "sleep", json!({"ms": 900}), &session));
+    assert_eq!(read_reply(&mut conn).status, 200);
+    // The client's pace: a moment after the answer, far inside the idle timeout.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(ping(&mut conn, &session).status, 200);
+}
+
+#[test]
 fn connections_beyond_the_limit_get_503_and_closed_ones_free_their_place() {
     let http = server(HttpOptions {
         max_connections: 2,
@@ -376,16 +394,28 @@ fn gated_server(options: HttpOptions) -> (HttpServer, crossbeam_channel::Sender<
     )
 }
 
-/// A client that pipelines two calls to `big` for each of the server's 16 tool workers,
-/// and never reads their answers (96 MiB: loopback buffers hold 36 at most here, so more
-/// answers than there are workers stay unwritten). Returns once the server has read them
-/// all (the task the call after them creates is listed); dropping the gate then lets the
-/// workers produce the answers.
+/// A client that pipelines calls to `big` and never reads their answers: as many as the
+/// loopback buffers can hold at most (`tcp_rmem` and `tcp_wmem`), and two for each of the
+/// server's 16 tool workers besides, so more answers than there are workers stay
+/// unwritten. Returns once the server has read them all (the task the call after them
+/// creates is listed); dropping the gate then lets the workers produce the answers.
 fn never_reads(addr: SocketAddr) -> BufReader<TcpStream> {
     let mut conn = connect(addr);
     let session = initialize(&mut conn);
     let mut raw = Vec::new();
-    for id in 0..32 {
+    let buffered: usize = ["tcp_rmem", "tcp_wmem"]
+        .iter()
+        .map(|name| {
+            let limits = std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}")).unwrap();
+            limits
+                .split_whitespace()
+                .last()
+                .unwrap()
+                .parse::<usize>()
+                .unwrap()
+        })
+        .sum();
+    for id in 0..(buffered / (3 << 20) + 32) as u64 {
         raw.extend(call(100 + id, "big", json!({}), &session));
     }
     raw.extend(post_raw(
@@ -633,32 +663,62 @@ fn a_signal_on_a_waiting_reader_does_not_end_its_connection() {
     let http = server(HttpOptions::default());
     let mut conn = connect(http.local_addr());
     let session = initialize(&mut conn);
-    // Every reader now waiting in recvfrom (this connection's among them; other tests'
-    // readers only see a read interrupted, which is what this test is about).
+    // This connection's reader, once it waits in recvfrom on the server's socket for it.
+    let socket = server_fd(http.local_addr().port(), conn.get_ref());
     let start = std::time::Instant::now();
-    let waiting = loop {
-        assert!(start.elapsed() < HANG, "no reader waits for a request");
-        let readers: Vec<i32> = std::fs::read_dir("/proc/self/task")
-            .unwrap()
-            .filter_map(|task| {
-                let path = task.ok()?.path();
-                let name = std::fs::read_to_string(path.join("comm")).ok()?;
-                let syscall = std::fs::read_to_string(path.join("syscall")).ok()?;
-                let number: i64 = syscall.split(' ').next()?.parse().ok()?;
-                (name.trim() == "mcp-http-conn" && number == libc::SYS_recvfrom)
-                    .then(|| path.file_name()?.to_str()?.parse().ok())
-                    .flatten()
-            })
-            .collect();
-        if !readers.is_empty() {
-            break readers;
+    let reader = loop {
+        assert!(
+            start.elapsed() < HANG,
+            "the connection's reader never waits"
+        );
+        if let Some(reader) = thread_reading(socket) {
+            break reader;
         }
     };
-    for reader in waiting {
-        // SAFETY: signals a thread of this process with a signal whose handler is above.
-        unsafe {
-            libc::syscall(libc::SYS_tgkill, libc::getpid(), reader, libc::SIGUSR1);
-        }
+    // SAFETY: signals a thread of this process with a signal whose handler is above.
+    unsafe {
+        libc::syscall(libc::SYS_tgkill, libc::getpid(), reader, libc::SIGUSR1);
     }
     assert_eq!(ping(&mut conn, &session).status, 200);
+}
+
+/// The file descriptor of the server's end of `client`'s connection to `port`, found
+/// through the socket's inode (`/proc/self/net/tcp`, `/proc/self/fd`).
+fn server_fd(port: u16, client: &TcpStream) -> i64 {
+    let peer = format!(":{:04X}", client.local_addr().unwrap().port());
+    let local = format!(":{port:04X}");
+    let table = std::fs::read_to_string("/proc/self/net/tcp").unwrap();
+    let inode = table
+        .lines()
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.len() > 9 && fields[1].ends_with(&local) && fields[2].ends_with(&peer))
+                .then(|| fields[9].to_string())
+        })
+        .expect("the server's end of the connection");
+    let link = format!("socket:[{inode}]");
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .find_map(|fd| {
+            let fd = fd.ok()?;
+            let target = std::fs::read_link(fd.path()).ok()?;
+            (target.to_str()? == link).then(|| fd.file_name().to_str()?.parse().ok())?
+        })
+        .expect("a descriptor for the server's socket")
+}
+
+/// The thread waiting in `recvfrom` on `fd`, if one is.
+fn thread_reading(fd: i64) -> Option<i32> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .find_map(|task| {
+            let path = task.ok()?.path();
+            let syscall = std::fs::read_to_string(path.join("syscall")).ok()?;
+            let mut fields = syscall.split(' ');
+            let number: i64 = fields.next()?.parse().ok()?;
+            let first = i64::from_str_radix(fields.next()?.trim_start_matches("0x"), 16).ok()?;
+            (number == libc::SYS_recvfrom && first == fd)
+                .then(|| path.file_name()?.to_str()?.parse().ok())
+                .flatten()
+        })
 }

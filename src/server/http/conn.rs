@@ -54,7 +54,9 @@ pub(super) type Handler = dyn Fn(Request) + Send + Sync;
 
 /// Answers (and their bytes) that may wait for their turn on a connection before its
 /// reader waits for them to be written.
-const MAX_WAITING: (usize, usize) = (64, 16 * 1024 * 1024);
+/// Per connection: at `max_connections` (1024 by default) that is up to 4 GiB in all, plus
+/// the answers being written, for clients that pipeline behind a long call and read slowly.
+const MAX_WAITING: (usize, usize) = (64, 4 * 1024 * 1024);
 /// How long a failing `accept` (out of file descriptors, say) pauses before it tries again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// How long stopping lets connections finish what they write (an event stream its last
@@ -276,9 +278,11 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
                 .name("mcp-http-write".into())
                 .stack_size(WRITER_STACK)
                 .spawn(move || {
+                    let _done = Done {
+                        shared: &shared,
+                        id,
+                    };
                     write_answers(&outbox, &socket, shared.options.write_timeout);
-                    drop(socket);
-                    shared.thread_done(id);
                 })
         };
         let reader = match writer {
@@ -290,9 +294,19 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
                 std::thread::Builder::new()
                     .name("mcp-http-conn".into())
                     .spawn(move || {
+                        let _done = Done {
+                            shared: &shared,
+                            id,
+                        };
+                        // Should reading panic (outside the handler, which has its own
+                        // guard), the connection is cut rather than left open for good.
+                        let cut = CutUnlessDisarmed {
+                            outbox: &outbox,
+                            socket: socket.clone(),
+                        };
                         let answers = serve(socket, &outbox, &shared);
+                        std::mem::forget(cut);
                         outbox.no_more_requests(answers);
-                        shared.thread_done(id);
                     })
             }
             Err(error) => {
@@ -313,6 +327,33 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
                 shared.thread_done(id);
             }
         }
+    }
+}
+
+/// Tells the registry a connection's thread is done, however it ends (a panic included,
+/// lest the connection count against the limit for good).
+struct Done<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.shared.thread_done(self.id);
+    }
+}
+
+/// Cuts a connection off when dropped (a reader unwinding); forgotten once reading ended
+/// normally.
+struct CutUnlessDisarmed<'a> {
+    outbox: &'a Outbox,
+    socket: Arc<TcpStream>,
+}
+
+impl Drop for CutUnlessDisarmed<'_> {
+    fn drop(&mut self) {
+        self.outbox.cut();
+        let _ = self.socket.shutdown(Shutdown::Both);
     }
 }
 
@@ -349,17 +390,28 @@ fn serve(socket: Arc<TcpStream>, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
         if shared.stopping.load(Ordering::Acquire) || !outbox.wait_for_room(MAX_WAITING) {
             return issued;
         }
-        // Between requests: the connection may idle, but not for ever.
-        reader.get_mut().deadline = deadline_after(options.idle_timeout);
-        match reader.fill_buf().map_err(ReadError::from) {
-            Ok([]) | Err(ReadError::Closed | ReadError::Refused(..)) => return issued,
-            Ok(_) => {}
-            Err(ReadError::TimedOut) if outbox.owes(issued) => continue,
-            Err(ReadError::TimedOut) => return issued,
+        // Between requests: the connection may idle, but not for ever. The idle time counts
+        // from when nothing was due any more (its last answer written).
+        let mut deadline = deadline_after(options.idle_timeout);
+        loop {
+            reader.get_mut().deadline = deadline;
+            match reader.fill_buf().map_err(ReadError::from) {
+                Ok([]) | Err(ReadError::Closed | ReadError::Refused(..)) => return issued,
+                Ok(_) => break,
+                Err(ReadError::TimedOut) if outbox.owes(issued) => {
+                    deadline = deadline_after(options.idle_timeout);
+                }
+                Err(ReadError::TimedOut) => {
+                    match outbox.quiet_since().checked_add(options.idle_timeout) {
+                        Some(end) if end > Instant::now() => deadline = end,
+                        _ => return issued,
+                    }
+                }
+            }
         }
         reader.get_mut().deadline = deadline_after(options.read_timeout);
         let seq = issued;
-        let (head, body) = match read_request(&mut reader, &options.limits, outbox, seq) {
+        let (head, body) = match read_request(&mut reader, options, outbox, seq) {
             Ok(request) => request,
             Err(None) => return issued,
             Err(Some(refused)) => {
@@ -398,11 +450,12 @@ fn serve(socket: Arc<TcpStream>, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
 /// `Err(None)`: the connection ended first, and there is nobody to answer (what is due
 /// on it is still written).
 fn read_request(
-    reader: &mut impl BufRead,
-    limits: &Limits,
+    reader: &mut BufReader<Timed>,
+    options: &ConnOptions,
     outbox: &Outbox,
     seq: u64,
 ) -> Result<(Head, Vec<u8>), Option<Refused>> {
+    let limits = &options.limits;
     let refused = |error: ReadError, head_only: bool| match error {
         ReadError::Closed => None,
         ReadError::TimedOut => Some(Refused {
@@ -425,6 +478,11 @@ fn read_request(
         // §10.1.1, §15.2).
         if continues && framing != Framing::Length(0) && head.version == Version::Http11 {
             outbox.continue_before(seq);
+            // The client waits for it before it sends the body, and it goes out only once
+            // the answers before it are written: the body's time starts then (at the
+            // latest one read timeout from now).
+            outbox.wait_interim_sent(seq, deadline_after(options.read_timeout));
+            reader.get_mut().deadline = deadline_after(options.read_timeout);
         }
         wire::read_body(reader, framing, limits)
     })()

@@ -17,7 +17,7 @@
 //! Each client connection has a reader, which hands every request to its MCP connection
 //! and reads the next, and a writer, which writes the answers in the order the requests
 //! came, whichever thread produced them (see `conn` and `outbox`). So a long tool call or a
-//! blocking `tasks/result` holds no thread of the transport (the connection bounds its
+//! blocking `tasks/result` holds no thread of the transport (each session bounds its
 //! waiting `tasks/result` calls), and a client that stops reading holds only its own
 //! writer. An event stream keeps its connection's reader while it lasts (one per session:
 //! a new `GET` replaces the session's stream, which ends).
@@ -75,8 +75,8 @@ const MAX_HEADER_FIELDS: usize = 100;
 pub struct HttpOptions {
     /// Largest request body accepted, in bytes (default 4 MiB); larger ones get HTTP 413.
     pub max_body_bytes: usize,
-    /// Client connections open at once (default 1024), each read by a thread of its own;
-    /// one more gets HTTP 503 and is closed.
+    /// Client connections open at once (default 1024), each with a reader and a writer
+    /// thread, counted until its socket closes; one more gets HTTP 503 and is closed.
     pub max_connections: usize,
     /// A request must arrive whole (head and body) within this of its first byte, else it
     /// gets HTTP 408 and the connection closes (default 30 s).

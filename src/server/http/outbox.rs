@@ -112,6 +112,8 @@ struct State {
     ended: bool,
     /// The transport is stopping: nobody waits for room or a turn any more.
     stopping: bool,
+    /// When the last answer was written (or the connection opened).
+    quiet_since: Instant,
 }
 
 /// The answers due on one connection. It holds no socket, so answers still being worked
@@ -135,6 +137,7 @@ impl Outbox {
                 closing: false,
                 ended: false,
                 stopping: false,
+                quiet_since: Instant::now(),
             }),
             changed: Condvar::new(),
         }
@@ -159,6 +162,17 @@ impl Outbox {
         self.changed.notify_all();
     }
 
+    /// Waits until the `100 Continue` before answer `seq` was taken to be written (or
+    /// `deadline`, or the connection ending).
+    pub(super) fn wait_interim_sent(&self, seq: u64, deadline: Instant) {
+        let mut state = self.state.lock();
+        while state.interim.contains(&seq) && !state.ended && !state.stopping {
+            if self.changed.wait_until(&mut state, deadline).timed_out() {
+                return;
+            }
+        }
+    }
+
     /// Waits until fewer than `max.0` answers, and fewer than `max.1` bytes of them, wait
     /// for their turn (so a client cannot pile answers up behind a long call); false if
     /// the connection ended or the transport is stopping meanwhile. Answers still being
@@ -179,6 +193,11 @@ impl Outbox {
     pub(super) fn owes(&self, issued: u64) -> bool {
         let state = self.state.lock();
         !state.ended && state.next < issued
+    }
+
+    /// When the connection last had nothing due: its last answer's write.
+    pub(super) fn quiet_since(&self) -> Instant {
+        self.state.lock().quiet_since
     }
 
     /// Whether the connection ends before any further request could be answered.
@@ -273,6 +292,7 @@ impl Outbox {
         state.writing = false;
         if completes {
             state.next += 1;
+            state.quiet_since = Instant::now();
         }
         let ends = !ok || close || state.last == Some(state.next);
         state.ended |= ends;

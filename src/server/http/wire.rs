@@ -12,8 +12,8 @@
 //!   line without a colon, or a folded field line;
 //! - a body is framed by `Transfer-Encoding: chunked` or by `Content-Length`, never both
 //!   (400); another transfer coding gets 501; `Content-Length` values must be digits and
-//!   agree (400). A declared or received body past the limit gets 413 and is never read:
-//!   nothing is ever allocated from what a client declares;
+//!   agree (400). A declared body past the limit gets 413 unread, and a chunked one is read
+//!   no further than the limit: nothing is ever allocated from what a client declares;
 //! - `Expect` is `100-continue` or nothing (417).
 //!
 //! Every refusal ends the connection: after a head or body it could not read, the server
