@@ -54,7 +54,10 @@ fi
 echo "none"
 
 cargo build --quiet --bin mcp-task-server
-server="$PWD/target/debug/mcp-task-server"
+# Where cargo put it, CARGO_TARGET_DIR or not.
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+server="$target_dir/debug/mcp-task-server"
 ts_server="[\"$server\",\"--page-size\",\"4\",\"--poll-interval\",\"100ms\"]"
 
 step "interop: the official TypeScript SDK client (2025-11-25) over stdio"

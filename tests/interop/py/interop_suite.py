@@ -12,7 +12,7 @@ Every check runs once per transport with a fresh client session: over stdio a fr
 server process per check, over HTTP one server for the whole transport run (started with
 `--http 127.0.0.1:0`; each check opens its own MCP session, and so its own store session).
 Prints one PASS/FAIL/SKIP line per check and a closing `summary: N passed, N failed, N
-skipped` line; exits 1 if any check failed.
+skipped` line; exits 1 if any check failed or was skipped.
 """
 
 from __future__ import annotations
@@ -862,7 +862,9 @@ async def main() -> int:
     for f in tally.failures:
         print(f"# failed: {f}", flush=True)
     print(f"summary: {tally.passed} passed, {tally.failed} failed, {tally.skipped} skipped", flush=True)
-    return 1 if tally.failed else 0
+    # A skipped check is a check that did not run: the run fails, so nothing is ever
+    # skipped silently by a CI that only looks at the exit code.
+    return 1 if tally.failed or tally.skipped else 0
 
 
 def on_sigterm(signum, frame):

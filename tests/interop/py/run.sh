@@ -43,8 +43,9 @@ if [ ! -x "$venv/bin/python" ] || [ "$want" != "$have" ]; then
     python3 -m venv "$venv" || die "python3 -m venv failed"
     "$venv/bin/python" -m pip --version >/dev/null 2>&1 || die "pip is not available in the new venv"
     # --no-deps: requirements.txt pins every package; pip check then fails if one is missing.
+    # --only-binary: wheels only, so no unpinned build dependency is ever fetched.
     "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --quiet \
-        --no-deps -r requirements.txt >&2 ||
+        --no-deps --only-binary=:all: -r requirements.txt >&2 ||
         die "pip install -r requirements.txt failed (is PyPI reachable?)"
     "$venv/bin/python" -m pip check --disable-pip-version-check >&2 ||
         die "pip check failed: requirements.txt does not pin every dependency of mcp"
