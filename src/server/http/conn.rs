@@ -27,9 +27,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::outbox::{deadline_after, write_all_by, write_answers, Answering, Outbox, Responder};
+use super::outbox::{
+    deadline_after, error_body, write_all_by, write_answers, Answering, Outbox, Responder, JSON,
+};
 use super::wire::{self, Framing, Head, Limits, ReadError, Version};
-use crate::protocol::jsonrpc::{self, RpcError};
+use crate::protocol::jsonrpc::RpcError;
 
 /// Bounds of the connection layer.
 #[derive(Clone, Debug)]
@@ -359,10 +361,8 @@ impl Drop for CutUnlessDisarmed<'_> {
 
 /// A refusal that closes the connection: `status` with a JSON-RPC error saying `why`.
 fn refusal(status: u16, why: &str, head_only: bool) -> Vec<u8> {
-    let error = RpcError::invalid_request(why);
-    let body = serde_json::to_vec(&jsonrpc::error_response(None, &error)).unwrap_or_default();
-    let json = [("Content-Type", "application/json")];
-    wire::response(status, &json, &body, head_only, true)
+    let body = error_body(&RpcError::invalid_request(why));
+    wire::response(status, &[JSON], &body, head_only, true)
 }
 
 /// A request the connection ends on, without serving it.

@@ -483,7 +483,7 @@ fn respond(responder: Responder, answer: Answer) {
         .map(|b| serde_json::to_vec(&b).unwrap_or_default());
     let mut fields = Vec::with_capacity(2);
     if body.is_some() {
-        fields.push(("Content-Type", "application/json"));
+        fields.push(outbox::JSON);
     }
     if let Some(session) = &answer.session {
         fields.push(("Mcp-Session-Id", session.as_str()));

@@ -34,6 +34,15 @@ fn write_deadline(write_timeout: Duration, len: usize) -> Instant {
     deadline_after(write_timeout.saturating_add(Duration::from_secs((len / MIN_READ_RATE) as u64)))
 }
 
+/// The `Content-Type` field of a JSON answer.
+pub(super) const JSON: (&str, &str) = ("Content-Type", "application/json");
+
+/// A JSON-RPC error response with a null id: the body of an answer the transport gives
+/// on its own (a refusal, a request dropped unanswered).
+pub(super) fn error_body(error: &RpcError) -> Vec<u8> {
+    serde_json::to_vec(&jsonrpc::error_response(None, error)).unwrap_or_default()
+}
+
 /// `now + after`, or a year from now when that is past what `Instant` holds.
 pub(super) fn deadline_after(after: Duration) -> Instant {
     let now = Instant::now();
@@ -390,9 +399,7 @@ impl Responder {
                 "an event stream cannot wait behind answers still due on its connection: \
                  open it on a connection of its own",
             );
-            let body = serde_json::to_vec(&jsonrpc::error_response(None, &error));
-            let json = [("Content-Type", "application/json")];
-            self.send_now(503, &json, &body.unwrap_or_default(), true);
+            self.send_now(503, &[JSON], &error_body(&error), true);
             return None;
         };
         self.answered = true;
@@ -421,10 +428,8 @@ impl Drop for Responder {
     fn drop(&mut self) {
         if !self.answered {
             let error = RpcError::internal("the request was dropped unanswered");
-            let body = serde_json::to_vec(&jsonrpc::error_response(None, &error));
-            let json = [("Content-Type", "application/json")];
             let close = self.how.close;
-            self.send_now(500, &json, &body.unwrap_or_default(), close);
+            self.send_now(500, &[JSON], &error_body(&error), close);
         }
     }
 }
