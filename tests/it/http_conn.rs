@@ -129,6 +129,25 @@ fn initialize(conn: &mut BufReader<TcpStream>) -> String {
     reply.header("Mcp-Session-Id").unwrap().to_string()
 }
 
+/// Drops the server on another thread; panics if that takes longer than [`HANG`].
+fn drop_within_hang(http: HttpServer) {
+    let (done, dropped) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        drop(http);
+        let _ = done.send(());
+    });
+    dropped
+        .recv_timeout(HANG)
+        .expect("dropping the server hangs");
+}
+
+/// A new connection with a 2025-11-25 session initialized on it.
+fn open_session(addr: SocketAddr) -> (BufReader<TcpStream>, String) {
+    let mut conn = connect(addr);
+    let session = initialize(&mut conn);
+    (conn, session)
+}
+
 fn ping(conn: &mut BufReader<TcpStream>, session: &str) -> Reply {
     send(
         conn,
@@ -161,8 +180,7 @@ fn a_request_that_stalls_gets_408_and_the_connection_closes() {
         assert_eq!(reply.header("Connection"), Some("close"));
         assert!(closed(&mut conn));
     }
-    let mut conn = connect(http.local_addr());
-    let session = initialize(&mut conn);
+    let (mut conn, session) = open_session(http.local_addr());
     assert_eq!(ping(&mut conn, &session).status, 200);
 }
 
@@ -176,8 +194,7 @@ fn an_idle_connection_closes_but_not_while_an_answer_is_due() {
     assert!(closed(&mut idle), "an idle connection stays open");
 
     // A plain call that takes five idle timeouts: its connection waits for it.
-    let mut conn = connect(http.local_addr());
-    let session = initialize(&mut conn);
+    let (mut conn, session) = open_session(http.local_addr());
     send(
         &mut conn,
         &post_raw(
@@ -203,8 +220,7 @@ fn the_idle_time_counts_from_the_last_answer() {
         idle_timeout: Duration::from_millis(1000),
         ..HttpOptions::default()
     });
-    let mut conn = connect(http.local_addr());
-    let session = initialize(&mut conn);
+    let (mut conn, session) = open_session(http.local_addr());
     send(&mut conn, &call(2, "sleep", json!({"ms": 900}), &session));
     assert_eq!(read_reply(&mut conn).status, 200);
     // The client's pace: a moment after the answer, far inside the idle timeout.
@@ -276,8 +292,7 @@ fn a_chunked_body_waits_for_100_continue_and_is_served() {
 #[test]
 fn an_http_1_0_request_is_answered_and_its_connection_closed_unless_kept() {
     let http = server(HttpOptions::default());
-    let mut conn = connect(http.local_addr());
-    let session = initialize(&mut conn);
+    let (conn, session) = open_session(http.local_addr());
     let body = json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}).to_string();
     let raw = format!(
         "POST /mcp HTTP/1.0\r\nContent-Type: application/json\r\nMcp-Session-Id: {session}\r\n\
@@ -324,14 +339,7 @@ fn dropping_the_server_ends_its_connections_and_event_streams() {
     send(&mut partial, b"POST /mcp HTTP/1.1\r\nContent-Le");
     let mut silent = connect(addr);
 
-    let (done, dropped) = crossbeam_channel::bounded(1);
-    std::thread::spawn(move || {
-        drop(http);
-        let _ = done.send(());
-    });
-    dropped
-        .recv_timeout(HANG)
-        .expect("dropping the server hangs");
+    drop_within_hang(http);
     // The stream ends with its last chunk, the others without a word.
     let mut rest = Vec::new();
     let _ = stream.read_to_end(&mut rest);
@@ -469,14 +477,7 @@ fn dropping_the_server_does_not_wait_for_a_client_that_does_not_read() {
     // answer's bytes to show there, without reading them.
     let mut peek = [0u8; 1];
     stuck.get_ref().peek(&mut peek).unwrap();
-    let (done, dropped) = crossbeam_channel::bounded(1);
-    std::thread::spawn(move || {
-        drop(http);
-        let _ = done.send(());
-    });
-    dropped
-        .recv_timeout(HANG)
-        .expect("dropping the server hangs");
+    drop_within_hang(http);
 }
 
 #[test]
@@ -489,8 +490,7 @@ fn an_event_stream_does_not_wait_for_ever_behind_a_long_call() {
         read_timeout: Duration::from_millis(50),
         ..HttpOptions::default()
     });
-    let mut conn = connect(http.local_addr());
-    let session = initialize(&mut conn);
+    let (mut conn, session) = open_session(http.local_addr());
     let mut raw = call(2, "sleep", json!({"ms": 2000}), &session);
     raw.extend(
         format!(
@@ -580,8 +580,7 @@ fn a_cancel_pipelined_behind_many_waiting_calls_is_read() {
     // a hundred blocking tasks/result calls, then a cancel for the first. The cancel must
     // be read, or the first call (and every one behind it) waits for a ten-minute task.
     let http = server(HttpOptions::default());
-    let mut conn = connect(http.local_addr());
-    let session = initialize(&mut conn);
+    let (mut conn, session) = open_session(http.local_addr());
     send(
         &mut conn,
         &post_raw(
@@ -622,8 +621,7 @@ fn a_client_that_reads_steadily_gets_a_large_answer_whole() {
         max_body_bytes: 16 << 20,
         ..HttpOptions::default()
     });
-    let mut conn = connect(http.local_addr());
-    let session = initialize(&mut conn);
+    let (mut conn, session) = open_session(http.local_addr());
     send(
         &mut conn,
         &call(5, "echo", json!({"text": "x".repeat(8 << 20)}), &session),
@@ -661,8 +659,7 @@ fn a_signal_on_a_waiting_reader_does_not_end_its_connection() {
         );
     }
     let http = server(HttpOptions::default());
-    let mut conn = connect(http.local_addr());
-    let session = initialize(&mut conn);
+    let (mut conn, session) = open_session(http.local_addr());
     // This connection's reader, once it waits in recvfrom on the server's socket for it.
     let socket = server_fd(http.local_addr().port(), conn.get_ref());
     let start = std::time::Instant::now();
