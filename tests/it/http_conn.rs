@@ -292,7 +292,7 @@ fn a_chunked_body_waits_for_100_continue_and_is_served() {
 #[test]
 fn an_http_1_0_request_is_answered_and_its_connection_closed_unless_kept() {
     let http = server(HttpOptions::default());
-    let (conn, session) = open_session(http.local_addr());
+    let (_conn, session) = open_session(http.local_addr());
     let body = json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}).to_string();
     let raw = format!(
         "POST /mcp HTTP/1.0\r\nContent-Type: application/json\r\nMcp-Session-Id: {session}\r\n\
