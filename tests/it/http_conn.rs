@@ -3,6 +3,7 @@
 //! stop that ends open connections and event streams. Every read is bounded by [`HANG`];
 //! nothing sleeps to synchronise (the short timeouts under test do the waiting).
 
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -677,6 +678,69 @@ fn a_signal_on_a_waiting_reader_does_not_end_its_connection() {
         libc::syscall(libc::SYS_tgkill, libc::getpid(), reader, libc::SIGUSR1);
     }
     assert_eq!(ping(&mut conn, &session).status, 200);
+}
+
+/// The inodes of the TCP sockets with local `port` (a server's listener and its ends of
+/// connections) that the kernel lists now.
+fn sockets_on(port: u16) -> HashSet<String> {
+    let local = format!(":{port:04X}");
+    let table = std::fs::read_to_string("/proc/self/net/tcp").unwrap();
+    table
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.len() > 9 && fields[1].ends_with(&local) && fields[9] != "0")
+                .then(|| format!("socket:[{}]", fields[9]))
+        })
+        .collect()
+}
+
+/// Which of `sockets` this process still holds a descriptor of.
+fn still_open(sockets: &HashSet<String>) -> Vec<String> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| target.to_str().map(str::to_owned))
+        .filter(|target| sockets.contains(target))
+        .collect()
+}
+
+#[test]
+fn no_socket_outlives_its_connection() {
+    // Every way a connection ends leaves no descriptor behind: a request that asks to
+    // close, a refusal, a client that leaves, and one still open when the server is
+    // dropped. (A socket closed on both ends may leave the kernel's table while a leaked
+    // descriptor still holds it: so its inode is noted while it is open.)
+    let http = server(HttpOptions::default());
+    let addr = http.local_addr();
+    let port = addr.port();
+    let mut seen = sockets_on(port);
+    let (mut kept, session) = open_session(addr);
+    for _ in 0..10 {
+        let mut conn = connect(addr);
+        send(
+            &mut conn,
+            b"GET /nothing HTTP/1.1\r\nConnection: close\r\n\r\n",
+        );
+        let mut refused = connect(addr);
+        send(&mut refused, b"GET /mcp HTTP/2.0\r\n\r\n");
+        let (left, _) = open_session(addr);
+        seen.extend(sockets_on(port));
+        assert_eq!(read_reply(&mut conn).status, 404);
+        assert!(closed(&mut conn));
+        assert_eq!(read_reply(&mut refused).status, 505);
+        assert!(closed(&mut refused));
+        drop(left);
+    }
+    assert_eq!(ping(&mut kept, &session).status, 200);
+    assert!(seen.len() > 30, "{seen:?}");
+    drop_within_hang(http);
+    assert!(closed(&mut kept));
+    let open = still_open(&seen);
+    assert!(
+        open.is_empty(),
+        "sockets left open after the server was dropped: {open:?}"
+    );
 }
 
 /// The file descriptor of the server's end of `client`'s connection to `port`, found

@@ -21,7 +21,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -302,12 +302,11 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
                         };
                         // Should reading panic (outside the handler, which has its own
                         // guard), the connection is cut rather than left open for good.
-                        let cut = CutUnlessDisarmed {
+                        let _cut = CutOnPanic {
                             outbox: &outbox,
-                            socket: socket.clone(),
+                            socket: Arc::downgrade(&socket),
                         };
                         let answers = serve(socket, &outbox, &shared);
-                        std::mem::forget(cut);
                         outbox.no_more_requests(answers);
                     })
             }
@@ -345,17 +344,21 @@ impl Drop for Done<'_> {
     }
 }
 
-/// Cuts a connection off when dropped (a reader unwinding); forgotten once reading ended
-/// normally.
-struct CutUnlessDisarmed<'a> {
+/// Cuts a connection off if its reader unwinds. It holds the socket weakly: it must not
+/// keep the socket (and its file descriptor) alive.
+struct CutOnPanic<'a> {
     outbox: &'a Outbox,
-    socket: Arc<TcpStream>,
+    socket: Weak<TcpStream>,
 }
 
-impl Drop for CutUnlessDisarmed<'_> {
+impl Drop for CutOnPanic<'_> {
     fn drop(&mut self) {
-        self.outbox.cut();
-        let _ = self.socket.shutdown(Shutdown::Both);
+        if std::thread::panicking() {
+            self.outbox.cut();
+            if let Some(socket) = self.socket.upgrade() {
+                let _ = socket.shutdown(Shutdown::Both);
+            }
+        }
     }
 }
 
