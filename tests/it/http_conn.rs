@@ -783,3 +783,151 @@ fn thread_reading(fd: i64) -> Option<i32> {
                 .flatten()
         })
 }
+
+// ----- `Expect: 100-continue` behind answers still due --------------------------------
+
+/// A POST of `body` with `Expect: 100-continue`, its body sent at once without waiting for
+/// the interim answer (RFC 9110 §10.1.1 lets a client do so).
+fn post_expecting(body: &Value, session: &str) -> Vec<u8> {
+    let body = body.to_string();
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+         Mcp-Session-Id: {session}\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+#[test]
+fn a_cancel_pipelined_without_expect_is_read_at_once() {
+    // Control for the next test: the same cancel, without `Expect`.
+    let http = server(HttpOptions {
+        read_timeout: Duration::from_secs(20),
+        ..HttpOptions::default()
+    });
+    let (mut conn, session) = open_session(http.local_addr());
+    let mut raw = call(2, "sleep", json!({"ms": 600_000}), &session);
+    raw.extend(post_raw(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": 2}}),
+        Some(&session),
+    ));
+    send(&mut conn, &raw);
+    assert_eq!(read_reply(&mut conn).status, 202, "the cancelled call");
+    assert_eq!(read_reply(&mut conn).status, 202, "the cancel");
+}
+
+#[test]
+fn a_cancel_pipelined_with_expect_is_read_at_once() {
+    // The cancel's body is already on the socket: it is read at once, although its
+    // `100 Continue` waits behind the call it cancels.
+    let http = server(HttpOptions {
+        read_timeout: Duration::from_secs(20),
+        ..HttpOptions::default()
+    });
+    let (mut conn, session) = open_session(http.local_addr());
+    let mut raw = call(2, "sleep", json!({"ms": 600_000}), &session);
+    raw.extend(post_expecting(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": 2}}),
+        &session,
+    ));
+    send(&mut conn, &raw);
+    let started = std::time::Instant::now();
+    let first = read_reply(&mut conn);
+    assert_eq!(first.status, 202, "the cancelled call: {first:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+fn set_buffer(stream: &TcpStream, option: libc::c_int, bytes: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: sets an int socket option on a socket this test owns.
+    let set = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            (&bytes as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0);
+}
+
+fn sysctl_max(name: &str) -> usize {
+    let limits = std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}")).unwrap();
+    limits.split_whitespace().last().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_client_that_sends_then_reads_is_not_stalled_by_its_expect() {
+    // A plain synchronous client: it writes two pipelined requests, then reads. The first
+    // gets a large answer, the second (`Expect: 100-continue`, body sent at once) is large.
+    // The writer waits for the client to read the first answer while the client sends the
+    // second body: the reader must read it without waiting for the second one's
+    // `100 Continue` (which waits for the writer), or nothing moves until the read timeout.
+    let http = server(HttpOptions {
+        read_timeout: Duration::from_secs(20),
+        max_body_bytes: 128 << 20,
+        ..HttpOptions::default()
+    });
+    let (mut conn, session) = open_session(http.local_addr());
+    set_buffer(conn.get_ref(), libc::SO_RCVBUF, 64 * 1024);
+    set_buffer(conn.get_ref(), libc::SO_SNDBUF, 64 * 1024);
+    conn.get_ref().set_write_timeout(Some(HANG)).unwrap();
+    // Past what the server may buffer on send (and the client on receive), and on receive.
+    let answer = sysctl_max("tcp_wmem") + (2 << 20);
+    let body = sysctl_max("tcp_rmem") + (2 << 20);
+    let mut raw = call(2, "echo", json!({"text": "x".repeat(answer)}), &session);
+    raw.extend(
+        format!(
+            "POST /nothing HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n\
+             Content-Length: {body}\r\n\r\n"
+        )
+        .into_bytes(),
+    );
+    raw.resize(raw.len() + body, b'x');
+    let started = std::time::Instant::now();
+    conn.get_mut()
+        .write_all(&raw)
+        .unwrap_or_else(|e| panic!("stalled after {:?}: {e}", started.elapsed()));
+    // (A blocking send returns what it copied when its timeout ends: check the time.)
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the request took {:?} to send",
+        started.elapsed()
+    );
+    let echoed = read_reply(&mut conn);
+    assert_eq!(echoed.status, 200);
+    assert_eq!(read_head(&mut conn).status, 100);
+    assert_eq!(read_reply(&mut conn).status, 404);
+}
+
+#[test]
+fn a_client_that_waits_for_100_continue_behind_a_slow_answer_is_not_timed_out() {
+    // The interim answer waits for the answers before it (here a call that takes over
+    // three read timeouts); a client that waits for it before sending its body has a
+    // read timeout from when it goes out.
+    let http = server(HttpOptions {
+        read_timeout: Duration::from_millis(300),
+        ..HttpOptions::default()
+    });
+    let (mut conn, session) = open_session(http.local_addr());
+    let raw = post_expecting(
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}),
+        &session,
+    );
+    let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let mut first = call(2, "sleep", json!({"ms": 1000}), &session);
+    first.extend_from_slice(&raw[..head_end]);
+    send(&mut conn, &first);
+    assert_eq!(read_reply(&mut conn).status, 200, "the call");
+    assert_eq!(read_head(&mut conn).status, 100);
+    send(&mut conn, &raw[head_end..]);
+    let reply = read_reply(&mut conn);
+    assert_eq!((reply.status, reply.json()["id"].clone()), (200, json!(3)));
+}

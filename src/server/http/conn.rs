@@ -9,12 +9,12 @@
 //! its connection's reader, for as long as it lasts.
 //!
 //! Every wait is bounded: a request must arrive whole within `read_timeout` of its first
-//! byte (else 408), an idle connection closes after `idle_timeout` unless answers are still
-//! due on it, and an answer not written within `write_timeout` (plus a second per 64 KiB)
-//! ends the connection. A
-//! refused request gets its answer and the connection closes: after a request it could
-//! not read, the server cannot know where the next one starts. A connection counts
-//! against `max_connections` until its socket is closed.
+//! byte (else 408; a body behind `Expect: 100-continue` has it from when the interim answer
+//! goes out), an idle connection closes `idle_timeout` after its last answer unless more
+//! are due, and an answer not written within `write_timeout` (plus a second per 64 KiB)
+//! ends the connection. A refused request gets its answer and the connection closes:
+//! after a request it could not read, the server cannot know where the next one starts.
+//! A connection counts against `max_connections` until its socket is closed.
 
 use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read};
@@ -71,20 +71,53 @@ const WRITER_STACK: usize = 256 * 1024;
 struct Timed {
     socket: Arc<TcpStream>,
     deadline: Instant,
+    /// While reading a body behind `Expect: 100-continue`: the client may wait for the
+    /// interim answer, which waits for the answers before it, so the deadline moves to a
+    /// read timeout after that answer went out (see [`Outbox::continue_deadline`]).
+    continued: Option<(Arc<Outbox>, u64, Duration)>,
+}
+
+impl Timed {
+    /// Moves a deadline that passed while a body behind `Expect: 100-continue` was read,
+    /// as its interim answer allows; false if it stays passed.
+    fn extend(&mut self) -> bool {
+        let Some((outbox, seq, read_timeout)) = &self.continued else {
+            return false;
+        };
+        match outbox.continue_deadline(*seq, *read_timeout) {
+            Some(later) if later > Instant::now() => {
+                self.deadline = later;
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 impl Read for Timed {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        self.socket.set_read_timeout(Some(left))?;
-        match (&mut &*self.socket).read(buf) {
-            // A signal handler ran on this thread: not the client's doing (Linux never
-            // restarts a read that has a timeout, SA_RESTART or not).
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => self.read(buf),
-            read => read,
+        loop {
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                if self.extend() {
+                    continue;
+                }
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            self.socket.set_read_timeout(Some(left))?;
+            match (&mut &*self.socket).read(buf) {
+                // The timeout ran out (Linux says WouldBlock): the loop sees whether the
+                // deadline moves.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
+                // A signal handler ran on this thread: not the client's doing (Linux never
+                // restarts a read that has a timeout, SA_RESTART or not).
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                read => return read,
+            }
         }
     }
 }
@@ -386,6 +419,7 @@ fn serve(socket: Arc<TcpStream>, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
         Timed {
             socket,
             deadline: Instant::now(),
+            continued: None,
         },
     );
     let mut issued = 0u64;
@@ -455,7 +489,7 @@ fn serve(socket: Arc<TcpStream>, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
 fn read_request(
     reader: &mut BufReader<Timed>,
     options: &ConnOptions,
-    outbox: &Outbox,
+    outbox: &Arc<Outbox>,
     seq: u64,
 ) -> Result<(Head, Vec<u8>), Option<Refused>> {
     let limits = &options.limits;
@@ -479,15 +513,16 @@ fn read_request(
         let framing = head.framing(limits.body_bytes)?;
         // No interim answer to an HTTP/1.0 client, whose expectation is ignored (RFC 9110
         // §10.1.1, §15.2).
-        if continues && framing != Framing::Length(0) && head.version == Version::Http11 {
+        let continued = continues && framing != Framing::Length(0);
+        if continued && head.version == Version::Http11 {
             outbox.continue_before(seq);
-            // The client waits for it before it sends the body, and it goes out only once
-            // the answers before it are written: the body's time starts then (at the
-            // latest one read timeout from now).
-            outbox.wait_interim_sent(seq, deadline_after(options.read_timeout));
-            reader.get_mut().deadline = deadline_after(options.read_timeout);
+            // The body is read at once, whatever has come of it; but a client that waits
+            // for the interim answer gets its read timeout from when that goes out.
+            reader.get_mut().continued = Some((outbox.clone(), seq, options.read_timeout));
         }
-        wire::read_body(reader, framing, limits)
+        let body = wire::read_body(reader, framing, limits);
+        reader.get_mut().continued = None;
+        body
     })()
     .map_err(|e| refused(e, head_only))?;
     Ok((head, body))

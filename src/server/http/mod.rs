@@ -79,7 +79,9 @@ pub struct HttpOptions {
     /// thread, counted until its socket closes; one more gets HTTP 503 and is closed.
     pub max_connections: usize,
     /// A request must arrive whole (head and body) within this of its first byte, else it
-    /// gets HTTP 408 and the connection closes (default 30 s).
+    /// gets HTTP 408 and the connection closes (default 30 s). A body behind `Expect:
+    /// 100-continue` has this from when the interim answer goes out, which waits for the
+    /// answers before it on the connection.
     pub read_timeout: Duration,
     /// A connection with no request coming and no answer due closes after this (default
     /// 2 minutes).

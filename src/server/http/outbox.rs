@@ -108,6 +108,8 @@ struct State {
     ready_bytes: usize,
     /// Answers to precede with an interim `100 Continue`, written when it is their turn.
     interim: BTreeSet<u64>,
+    /// The latest `100 Continue` taken to be written: for which answer, and when.
+    interim_sent: Option<(u64, Instant)>,
     /// The writer is writing outside the lock.
     writing: bool,
     /// Answer `next` is an event stream, written by its own thread.
@@ -140,6 +142,7 @@ impl Outbox {
                 ready: BTreeMap::new(),
                 ready_bytes: 0,
                 interim: BTreeSet::new(),
+                interim_sent: None,
                 writing: false,
                 streaming: false,
                 last: None,
@@ -171,14 +174,20 @@ impl Outbox {
         self.changed.notify_all();
     }
 
-    /// Waits until the `100 Continue` before answer `seq` was taken to be written (or
-    /// `deadline`, or the connection ending).
-    pub(super) fn wait_interim_sent(&self, seq: u64, deadline: Instant) {
-        let mut state = self.state.lock();
-        while state.interim.contains(&seq) && !state.ended && !state.stopping {
-            if self.changed.wait_until(&mut state, deadline).timed_out() {
-                return;
-            }
+    /// How long a body behind the `100 Continue` of answer `seq` may still take: `after`
+    /// from when that went out, or from now while it waits for the answers before it.
+    /// `None` once the connection ended or the transport is stopping.
+    pub(super) fn continue_deadline(&self, seq: u64, after: Duration) -> Option<Instant> {
+        let state = self.state.lock();
+        if state.ended || state.stopping {
+            return None;
+        }
+        if state.interim.contains(&seq) {
+            return Some(deadline_after(after));
+        }
+        match state.interim_sent {
+            Some((sent, at)) if sent == seq => at.checked_add(after),
+            _ => None,
         }
     }
 
@@ -275,6 +284,7 @@ impl Outbox {
             if !state.streaming {
                 let next = state.next;
                 if state.interim.remove(&next) {
+                    state.interim_sent = Some((next, Instant::now()));
                     state.writing = true;
                     return Some((b"HTTP/1.1 100 Continue\r\n\r\n".to_vec(), false, false));
                 }
