@@ -820,9 +820,10 @@ fn a_cancel_pipelined_without_expect_is_read_at_once() {
 #[test]
 fn a_cancel_pipelined_with_expect_is_read_at_once() {
     // The cancel's body is already on the socket: it is read at once, although its
-    // `100 Continue` waits behind the call it cancels.
+    // `100 Continue` waits behind the call it cancels. (A reader that waited for the
+    // interim would hold the cancel for the read timeout, far past the hang bound.)
     let http = server(HttpOptions {
-        read_timeout: Duration::from_secs(20),
+        read_timeout: Duration::from_secs(600),
         ..HttpOptions::default()
     });
     let (mut conn, session) = open_session(http.local_addr());
@@ -833,14 +834,8 @@ fn a_cancel_pipelined_with_expect_is_read_at_once() {
         &session,
     ));
     send(&mut conn, &raw);
-    let started = std::time::Instant::now();
     let first = read_reply(&mut conn);
     assert_eq!(first.status, 202, "the cancelled call: {first:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
 }
 
 fn set_buffer(stream: &TcpStream, option: libc::c_int, bytes: libc::c_int) {
@@ -869,9 +864,10 @@ fn a_client_that_sends_then_reads_is_not_stalled_by_its_expect() {
     // gets a large answer, the second (`Expect: 100-continue`, body sent at once) is large.
     // The writer waits for the client to read the first answer while the client sends the
     // second body: the reader must read it without waiting for the second one's
-    // `100 Continue` (which waits for the writer), or nothing moves until the read timeout.
+    // `100 Continue` (which waits for the writer), or nothing moves until the read timeout,
+    // far past the hang bound of the client's writes.
     let http = server(HttpOptions {
-        read_timeout: Duration::from_secs(20),
+        read_timeout: Duration::from_secs(600),
         max_body_bytes: 128 << 20,
         ..HttpOptions::default()
     });
@@ -891,16 +887,9 @@ fn a_client_that_sends_then_reads_is_not_stalled_by_its_expect() {
         .into_bytes(),
     );
     raw.resize(raw.len() + body, b'x');
-    let started = std::time::Instant::now();
     conn.get_mut()
         .write_all(&raw)
-        .unwrap_or_else(|e| panic!("stalled after {:?}: {e}", started.elapsed()));
-    // (A blocking send returns what it copied when its timeout ends: check the time.)
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "the request took {:?} to send",
-        started.elapsed()
-    );
+        .unwrap_or_else(|e| panic!("the server stopped reading the body: {e}"));
     let echoed = read_reply(&mut conn);
     assert_eq!(echoed.status, 200);
     assert_eq!(read_head(&mut conn).status, 100);
