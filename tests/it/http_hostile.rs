@@ -615,18 +615,7 @@ fn read_head(rest: &mut &[u8]) -> Result<Head, Stop> {
         if fields.len() == HEAD_FIELDS {
             return Err(Stop::Refused(431));
         }
-        if !text(line) || matches!(line[0], b' ' | b'\t') {
-            return Err(Stop::Refused(400));
-        }
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            return Err(Stop::Refused(400));
-        };
-        let (name, value) = (&line[..colon], &line[colon + 1..]);
-        if !token(name) {
-            return Err(Stop::Refused(400));
-        }
-        let value = ascii(value).trim_matches([' ', '\t']).to_string();
-        fields.push((ascii(name), value));
+        fields.push(field_line(line)?);
     }
     Ok(Head {
         method: ascii(method),
@@ -634,6 +623,25 @@ fn read_head(rest: &mut &[u8]) -> Result<Head, Stop> {
         http10,
         fields,
     })
+}
+
+/// A field line (of a head, or of a chunked body's trailer section): `token ":" value`,
+/// not folded, ASCII text; else 400. The value without surrounding whitespace.
+fn field_line(line: &[u8]) -> Result<(String, String), Stop> {
+    if !text(line) || matches!(line[0], b' ' | b'\t') {
+        return Err(Stop::Refused(400));
+    }
+    let Some(colon) = line.iter().position(|&b| b == b':') else {
+        return Err(Stop::Refused(400));
+    };
+    let (name, value) = (&line[..colon], &line[colon + 1..]);
+    if !token(name) {
+        return Err(Stop::Refused(400));
+    }
+    Ok((
+        ascii(name),
+        ascii(value).trim_matches([' ', '\t']).to_string(),
+    ))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -670,8 +678,8 @@ fn framing(head: &Head) -> Result<Framing, u16> {
 }
 
 /// A chunked body (RFC 9112 §7.1): size lines of hex digits (an extension after `;`), each
-/// chunk's data followed by CRLF, then trailer lines up to an empty one, every line ending
-/// in CRLF. Malformed: 400; more than [`MAX_BODY`] in all (a size past 64 bits included):
+/// chunk's data followed by CRLF, then trailer field lines up to an empty one, every line
+/// ending in CRLF. Malformed: 400; more than [`MAX_BODY`] in all (a size past 64 bits included):
 /// 413.
 fn read_chunked(rest: &mut &[u8]) -> Result<Vec<u8>, Stop> {
     let mut body = Vec::new();
@@ -712,9 +720,7 @@ fn read_chunked(rest: &mut &[u8]) -> Result<Vec<u8>, Stop> {
         if line.is_empty() {
             return Ok(body);
         }
-        if !text(line) {
-            return Err(Stop::Refused(400));
-        }
+        field_line(line)?;
     }
 }
 
@@ -1247,6 +1253,10 @@ enum Flaw {
     NoDataCrlf,
     /// The first size claims more than its data.
     Oversized,
+    /// A trailer field after the last chunk: well-formed, so the request is served.
+    Trailer,
+    /// A trailer line that is not a field line (no colon): 400.
+    BadTrailer,
 }
 
 /// What the body holds.
@@ -1513,6 +1523,8 @@ fn chunked(
     match flaw {
         Some(Flaw::NoLastChunk) => {}
         Some(Flaw::NoFinalCrlf) => out.extend_from_slice(b"0\r\n"),
+        Some(Flaw::Trailer) => out.extend_from_slice(b"0\r\nX-Trailer: 1\r\n\r\n"),
+        Some(Flaw::BadTrailer) => out.extend_from_slice(b"0\r\nX-Trailer 1\r\n\r\n"),
         _ => out.extend_from_slice(b"0\r\n\r\n"),
     }
     out
@@ -2174,6 +2186,8 @@ fn flaw() -> BoxedStrategy<Flaw> {
         Flaw::NoFinalCrlf,
         Flaw::NoDataCrlf,
         Flaw::Oversized,
+        Flaw::Trailer,
+        Flaw::BadTrailer,
     ])
 }
 

@@ -13,7 +13,9 @@
 //! - a body is framed by `Transfer-Encoding: chunked` or by `Content-Length`, never both
 //!   (400); another transfer coding gets 501; `Content-Length` values must be digits and
 //!   agree (400). A declared body past the limit gets 413 unread, and a chunked one is read
-//!   no further than the limit: nothing is ever allocated from what a client declares;
+//!   no further than the limit: nothing is ever allocated from what a client declares. A
+//!   chunked body's lines end in CRLF only, and its trailer lines are field lines as in a
+//!   head (400 otherwise), read and ignored;
 //! - `Expect` is `100-continue` or nothing (417).
 //!
 //! Every refusal ends the connection: after a head or body it could not read, the server
@@ -235,6 +237,25 @@ fn is_token(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
+/// Splits a non-empty field line (of a head or of a chunked body's trailer section) into
+/// its name and its value without surrounding whitespace.
+fn field_line(line: &[u8]) -> Result<(&str, &str), ReadError> {
+    if !is_text(line) {
+        return Err(refused(400, "a header field is not ASCII text"));
+    }
+    if matches!(line[0], b' ' | b'\t') {
+        return Err(refused(400, "folded header fields are not accepted"));
+    }
+    let text = std::str::from_utf8(line).expect("checked ASCII");
+    let Some((name, value)) = text.split_once(':') else {
+        return Err(refused(400, "a header field without a colon"));
+    };
+    if !is_token(name) {
+        return Err(refused(400, "a header field name is not a token"));
+    }
+    Ok((name, value.trim_matches([' ', '\t'])))
+}
+
 /// Reads a request head. `ReadError::Closed` if the stream ends before a whole one.
 pub(super) fn read_head(reader: &mut impl BufRead, limits: &Limits) -> Result<Head, ReadError> {
     let mut budget = limits.head_bytes;
@@ -283,20 +304,8 @@ pub(super) fn read_head(reader: &mut impl BufRead, limits: &Limits) -> Result<He
         if fields.len() == limits.headers {
             return Err(refused(431, "too many header fields"));
         }
-        if !is_text(&line) {
-            return Err(refused(400, "a header field is not ASCII text"));
-        }
-        if matches!(line[0], b' ' | b'\t') {
-            return Err(refused(400, "folded header fields are not accepted"));
-        }
-        let text = std::str::from_utf8(&line).expect("checked ASCII");
-        let Some((name, value)) = text.split_once(':') else {
-            return Err(refused(400, "a header field without a colon"));
-        };
-        if !is_token(name) {
-            return Err(refused(400, "a header field name is not a token"));
-        }
-        fields.push((name.to_owned(), value.trim_matches([' ', '\t']).to_owned()));
+        let (name, value) = field_line(&line)?;
+        fields.push((name.to_owned(), value.to_owned()));
     }
     Ok(Head {
         method: method.to_owned(),
@@ -366,7 +375,7 @@ fn read_chunked(reader: &mut impl BufRead, limits: &Limits) -> Result<Vec<u8>, R
             return Err(refused(400, "a chunk's data is longer than its size"));
         }
     }
-    // The trailer section, read and ignored.
+    // The trailer section: field lines, as in a head, checked and ignored.
     let mut budget = limits.head_bytes;
     loop {
         if !read_line(reader, &mut budget, &mut line, 400, Ends::CrLf)? {
@@ -375,9 +384,7 @@ fn read_chunked(reader: &mut impl BufRead, limits: &Limits) -> Result<Vec<u8>, R
         if line.is_empty() {
             return Ok(body);
         }
-        if !is_text(&line) {
-            return Err(refused(400, "a trailer field is not ASCII text"));
-        }
+        field_line(&line)?;
     }
 }
 
@@ -451,6 +458,9 @@ pub(super) fn chunk(data: &[u8]) -> Vec<u8> {
     out.extend_from_slice(b"\r\n");
     out
 }
+
+#[cfg(test)]
+mod differential;
 
 #[cfg(test)]
 mod tests {
@@ -623,6 +633,10 @@ mod tests {
             ("40\r\n", 0),
             ("20\r\n0123456789abcdef0123456789abcdef\r\n21\r\n", 413),
             ("ffffffffffffffffffffffff\r\n", 413),
+            // Trailer lines are field lines, as in a head.
+            ("0\r\nNo colon\r\n\r\n", 400),
+            ("0\r\n: no name\r\n\r\n", 400),
+            ("0\r\n folded\r\n\r\n", 400),
         ] {
             let result = request(&format!("{post}{chunks}"));
             if want == 0 {
