@@ -13,7 +13,7 @@ use super::clock::{Millis, Now};
 use super::config::duration_ms;
 use super::gate::Gate;
 use super::inbox::Inbox;
-use super::journal::{Journal, Record};
+use super::journal::{CompactError, Journal, Record};
 use super::machine::{StoreMachine, StoreStats, Wake, WakeOutcome};
 use super::record::Change;
 pub(crate) use super::reply::Reply;
@@ -302,25 +302,52 @@ impl StoreActor {
             if !changes.is_empty() {
                 journal.commit()?;
             }
-            let live = m.len() as u64 * RECORD_BYTES_ESTIMATE;
-            if journal.should_compact(live) {
-                let before = journal.log_bytes();
-                let tasks = m.records();
-                let (key, seq) = (m.cursor_key(), m.next_seq());
-                journal.compact(key, seq, &tasks)?;
-                log::info!(
-                    "compacted the journal: {before} bytes of log -> {} tasks in a snapshot",
-                    tasks.len()
-                );
-            }
             drop(m);
+            // The batch is durable: its callers hear now, whatever compaction meets.
             for held in self.out.held.drain(..) {
                 held();
             }
             self.out.release(self.shared.write());
+            self.compact_if_due()?;
         }
         // Without a journal everything went out as it happened: the lock stays free.
         Ok(())
+    }
+
+    /// Compacts the journal when its log has outgrown the live data. A compaction that
+    /// fails without harm (the current log goes on) is only logged; `Err` when the journal
+    /// is left in a state nothing more may be acknowledged on.
+    fn compact_if_due(&mut self) -> std::io::Result<()> {
+        let Some(journal) = &mut self.out.journal else {
+            return Ok(());
+        };
+        // Other callers wait meanwhile (every command runs on this thread), but none is
+        // owed an answer: the batch went out above.
+        let m = self.shared.write();
+        if !journal.should_compact(m.len() as u64 * RECORD_BYTES_ESTIMATE) {
+            return Ok(());
+        }
+        let before = journal.log_bytes();
+        let tasks = m.records();
+        let (key, seq) = (m.cursor_key(), m.next_seq());
+        drop(m);
+        match journal.compact(key, seq, &tasks) {
+            Ok(()) => {
+                log::info!(
+                    "compacted the journal: {before} bytes of log -> {} tasks in a snapshot",
+                    tasks.len()
+                );
+                Ok(())
+            }
+            Err(CompactError::Abandoned(e)) => {
+                log::warn!(
+                    "could not compact the journal ({e}); its log goes on and compaction is \
+                     tried again when the log has doubled"
+                );
+                Ok(())
+            }
+            Err(CompactError::Broken(e)) => Err(e),
+        }
     }
 
     /// `None` when the store must stop; `Some(None)` when a deadline (or pending expiry

@@ -160,7 +160,14 @@ impl StoreBuilder {
                     recovered.tasks,
                     time.now(),
                     journal_config.recovery,
-                )?;
+                )
+                .map_err(|e| match e {
+                    // What the journal holds is out of range: a damaged journal.
+                    StoreError::InvalidArgument(why) => {
+                        StoreError::Journal(format!("{}: {why}", journal_config.dir.display()))
+                    }
+                    e => e,
+                })?;
                 (machine, Some(journal))
             }
         };

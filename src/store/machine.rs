@@ -47,6 +47,11 @@ const LIMIT_RECLAIM_STEP: usize = 64;
 /// Most input request keys one task may use over its life; bounds a hostile worker.
 const MAX_INPUT_KEYS_PER_TASK: usize = 10_000;
 
+/// Sequence numbers a restore accepts stay below this: far past any real store's count of
+/// creates (2^63 of them), and far enough from `u64::MAX` that numbering new tasks never
+/// overflows. A damaged journal holding larger ones is refused, not wrapped.
+const SEQ_LIMIT: u64 = 1 << 63;
+
 /// Counters describing a store's current load.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct StoreStats {
@@ -865,8 +870,22 @@ impl<W> StoreMachine<W> {
     ) -> Result<StoreMachine<W>, StoreError> {
         let mut machine = StoreMachine::new(config, cursor_key)?;
         machine.journaling = true;
+        let out_of_range = |what: &str, seq: u64| {
+            StoreError::InvalidArgument(format!(
+                "{what} {seq} is out of range (sequence numbers stay below {SEQ_LIMIT})"
+            ))
+        };
+        if next_seq > SEQ_LIMIT {
+            return Err(out_of_range("the next sequence number", next_seq));
+        }
         let mut capped = 0usize;
         for record in records {
+            if record.seq >= SEQ_LIMIT {
+                return Err(out_of_range(
+                    "a recovered task's sequence number",
+                    record.seq,
+                ));
+            }
             machine.next_seq = machine.next_seq.max(record.seq + 1);
             capped += usize::from(machine.insert_record(record, now));
         }
@@ -876,6 +895,10 @@ impl<W> StoreMachine<W> {
         }
         machine.next_seq = machine.next_seq.max(next_seq);
         if policy == RecoveryPolicy::FailRunning {
+            // Tasks whose TTL ran out while the process was down expire first, under the
+            // expiry policy (a failed task keeps its grace); only the rest failed for the
+            // restart.
+            while machine.handle_timeout(now, usize::MAX) {}
             let running: Vec<TaskId> = machine
                 .tasks
                 .iter()

@@ -202,6 +202,35 @@ fn a_ttl_that_passed_while_the_process_was_down_expires_at_start() {
 }
 
 #[test]
+fn a_running_task_whose_ttl_ran_out_while_down_expires_with_its_grace_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new();
+    let builder = |recovery| {
+        Store::builder()
+            .clock(clock.clone())
+            .journal(journal(dir.path(), recovery))
+    };
+    let id = builder(RecoveryPolicy::Keep)
+        .build()
+        .unwrap()
+        .create(CreateTask::new().ttl(1_000))
+        .unwrap()
+        .task_id;
+    clock.advance(Duration::from_secs(5)); // down past its TTL, within the 30 s grace
+                                           // The default policies: running tasks fail at start, expired ones fail with a grace.
+    let store = builder(RecoveryPolicy::FailRunning).build().unwrap();
+    let task = store.get(id, None).unwrap();
+    assert_eq!(task.status, TaskStatus::Failed);
+    assert!(
+        task.status_message
+            .as_deref()
+            .unwrap_or("")
+            .contains("expired"),
+        "{task:?}"
+    );
+}
+
+#[test]
 fn a_task_failed_by_expiry_keeps_its_whole_grace_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new();
@@ -493,6 +522,83 @@ fn leftovers_of_an_interrupted_compaction_are_ignored() {
     assert!(!dir.path().join("snapshot.tmp").exists());
 }
 
+/// A journal config that compacts after every batch.
+fn compacting(dir: &Path) -> JournalConfig {
+    let mut config = journal(dir, RecoveryPolicy::Keep);
+    config.compact_ratio = 0;
+    config.compact_min_bytes = 0;
+    config
+}
+
+/// Every task a store reopened on `dir` holds, in creation order.
+fn listed(dir: &Path) -> Vec<TaskId> {
+    let store = open(dir);
+    let tasks = store.list(None, None).unwrap().tasks;
+    tasks.into_iter().map(|t| t.task_id).collect()
+}
+
+#[test]
+fn a_compaction_that_cannot_write_its_snapshot_leaves_the_store_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = open(dir.path()).create(CreateTask::new()).unwrap().task_id;
+    // Stands in for a disk too full (or failing) for a snapshot: its file cannot be made.
+    let blocker = dir.path().join("snapshot.tmp");
+    fs::create_dir(&blocker).unwrap();
+    // Every batch asks for a compaction, and each fails. The batch is durable all the
+    // same, so it is answered, and the store goes on appending to the log it has.
+    let store = Store::builder()
+        .journal(compacting(dir.path()))
+        .build()
+        .unwrap();
+    let second = store.create(CreateTask::new()).unwrap().task_id;
+    assert!(store.get(first, None).is_ok());
+    let third = store.create(CreateTask::new()).unwrap().task_id;
+    drop(store);
+    fs::remove_dir(&blocker).unwrap();
+    assert_eq!(listed(dir.path()), [first, second, third]);
+}
+
+#[test]
+fn a_compaction_failing_after_its_snapshot_is_named_is_undone() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = open(dir.path()).create(CreateTask::new()).unwrap().task_id;
+    // Opening compacts (the log is due) before it returns; every batch after that asks
+    // for another compaction.
+    let store = Store::builder()
+        .journal(compacting(dir.path()))
+        .build()
+        .unwrap();
+    // The next generation's log cannot be created. Its snapshot is named by then, and
+    // left named, recovery would take it for the state and drop what the current log
+    // takes from now on.
+    let current = log_file(dir.path());
+    let hex = current.file_name().unwrap().to_string_lossy();
+    let hex = hex.trim_start_matches("journal-").trim_end_matches(".log");
+    let next = u64::from_str_radix(hex, 16).unwrap() + 1;
+    let blocker = dir.path().join(format!("journal-{next:016x}.log"));
+    fs::create_dir(&blocker).unwrap();
+    let second = store.create(CreateTask::new()).unwrap().task_id;
+    let third = store.create(CreateTask::new()).unwrap().task_id;
+    drop(store);
+    assert!(!dir.path().join(format!("snapshot-{next:016x}")).exists());
+    fs::remove_dir(&blocker).unwrap();
+    assert_eq!(listed(dir.path()), [first, second, third]);
+}
+
+#[test]
+fn a_store_whose_due_compaction_cannot_run_still_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = open(dir.path()).create(CreateTask::new()).unwrap().task_id;
+    // The log is due for compaction at start, as a large one would be, and there is no
+    // room for a snapshot: the store opens on its log all the same.
+    fs::create_dir(dir.path().join("snapshot.tmp")).unwrap();
+    let store = Store::builder()
+        .journal(compacting(dir.path()))
+        .build()
+        .unwrap();
+    assert!(store.get(id, None).is_ok());
+}
+
 /// A journal compacted after every batch, holding `count` working tasks: their ids, and its
 /// snapshot's and log's paths (one generation, above 0).
 fn compacted(dir: &Path, count: usize) -> (Vec<TaskId>, PathBuf, PathBuf) {
@@ -728,4 +834,74 @@ fn one_stop_ends_waits_on_two_stores_holding_the_same_task_id() {
     assert_eq!(on_a.join().unwrap().unwrap().status, TaskStatus::Cancelled);
     stop.stop();
     assert_eq!(on_b.join().unwrap(), Err(StoreError::Stopped));
+}
+
+/// CRC-32 (IEEE), as the journal's frames carry it: a test that rewrites a record must
+/// frame it as the journal would.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// Rewrites every record of the log in `dir` through `edit`, each with a valid frame.
+fn rewrite_log(dir: &Path, mut edit: impl FnMut(&mut serde_json::Value)) {
+    let log = log_file(dir);
+    let bytes = fs::read(&log).unwrap();
+    let bounds = frame_bounds(&bytes);
+    let mut out = Vec::new();
+    for pair in bounds.windows(2) {
+        let mut record: serde_json::Value =
+            serde_json::from_slice(&bytes[pair[0] + 8..pair[1]]).unwrap();
+        edit(&mut record);
+        let payload = serde_json::to_vec(&record).unwrap();
+        out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crc32(&payload).to_le_bytes());
+        out.extend_from_slice(&payload);
+    }
+    fs::write(&log, out).unwrap();
+}
+
+#[test]
+fn sequence_numbers_out_of_range_in_a_journal_are_refused_not_wrapped() {
+    type Edit = fn(&mut serde_json::Value);
+    let edits: [(&str, Edit); 2] = [
+        ("a task's", |record| {
+            if let Some(batch) = record.as_array_mut() {
+                batch[0]["seq"] = u64::MAX.into();
+            }
+        }),
+        ("the header's next", |record| {
+            if record["kind"] == "header" {
+                record["next_seq"] = u64::MAX.into();
+            }
+        }),
+    ];
+    for (which, edit) in edits {
+        let dir = tempfile::tempdir().unwrap();
+        open(dir.path()).create(CreateTask::new()).unwrap();
+        rewrite_log(dir.path(), edit);
+        // Opened, the next create would overflow the numbering (a panic in a debug build,
+        // reused sequence numbers in a release one).
+        let opened = std::panic::catch_unwind(|| {
+            Store::builder()
+                .journal(journal(dir.path(), RecoveryPolicy::Keep))
+                .build()
+                .map(|store| store.create(CreateTask::new()))
+        })
+        .unwrap_or_else(|_| panic!("{which} sequence number u64::MAX: a panic"));
+        match opened {
+            Err(StoreError::Journal(why)) => assert!(why.contains("out of range"), "{why}"),
+            other => panic!("{which} sequence number u64::MAX: {other:?}"),
+        }
+    }
 }

@@ -10,7 +10,8 @@
 //! by one. Compaction writes `snapshot-(G+1)` (its header counts its tasks) through a
 //! synced temporary file and a rename, starts `journal-(G+1).log`, then deletes generation
 //! `G`; a crash at any point leaves a directory recovery reads correctly, because a
-//! generation's log is only ever replayed over its own snapshot. No crash tears a snapshot,
+//! generation's log is only ever replayed over its own snapshot. A compaction that fails
+//! is undone (the new generation's files removed) and the current log goes on. No crash tears a snapshot,
 //! so a broken or short one is damage, never a torn tail. Recovery reads
 //! the newest snapshot's generation and deletes only older ones; a log newer than that
 //! snapshot means a snapshot was lost, and is refused rather than deleted.
@@ -138,6 +139,51 @@ pub(crate) struct Journal {
     /// mixes formats and an older build meeting the new one says so by its version (and a
     /// snapshot that did not count its tasks is rewritten with the count).
     legacy: bool,
+    /// After a failed compaction: no new attempt before the log holds this many bytes.
+    retry_at: u64,
+}
+
+/// How a compaction failed.
+#[derive(Debug)]
+pub(crate) enum CompactError {
+    /// Nothing changed on disk that recovery reads: the current generation goes on, and
+    /// its log takes the next batches as before.
+    Abandoned(io::Error),
+    /// The new generation could be neither finished nor undone: what recovery would find
+    /// is unknown, so nothing more may be acknowledged.
+    Broken(io::Error),
+}
+
+/// Prefixes an error with the path it concerns.
+fn at(path: &Path) -> impl FnOnce(io::Error) -> io::Error + '_ {
+    move |e| io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
+/// Writes a snapshot (its header, then every task) to `path` and syncs it; its size.
+fn write_snapshot(path: &Path, header: &Record, tasks: &[TaskRecord]) -> io::Result<u64> {
+    let mut out = BufWriter::new(File::create(path)?);
+    let mut bytes = frame::write_frame(&mut out, &serde_json::to_vec(header)?)? as u64;
+    for task in tasks {
+        let record = Record::Put(task.clone());
+        bytes += frame::write_frame(&mut out, &serde_json::to_vec(&record)?)? as u64;
+    }
+    out.flush()?;
+    out.get_ref().sync_all()?;
+    Ok(bytes)
+}
+
+/// Removes a new generation's log (if it was created), then its snapshot, each removal
+/// made durable before the next: at every moment recovery finds either the new snapshot
+/// (whose log is at most a header) or the current generation.
+fn undo_generation(dir: &Path, snapshot: &Path, log: Option<&Path>) -> io::Result<()> {
+    for path in log.into_iter().chain([snapshot]) {
+        match fs::remove_file(path) {
+            Ok(()) => sync_dir(dir).map_err(at(dir))?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(at(path)(e)),
+        }
+    }
+    Ok(())
 }
 
 /// A batch buffer larger than this is not kept for reuse after its batch.
@@ -339,7 +385,8 @@ fn apply(
             if task.origin.is_none() {
                 task.origin = state.get(&task.id).and_then(|t| t.origin.clone());
             }
-            recovered.next_seq = recovered.next_seq.max(task.seq + 1);
+            // Out of range is refused by the restore that follows, not wrapped here.
+            recovered.next_seq = recovered.next_seq.max(task.seq.saturating_add(1));
             state.insert(task.id, task);
         }
         Record::Remove { id } => {
@@ -498,6 +545,7 @@ impl Journal {
             batch: Vec::new(),
             _lock: lock,
             legacy: recovered.legacy,
+            retry_at: 0,
         };
         Ok((journal, recovered))
     }
@@ -548,6 +596,9 @@ impl Journal {
     /// Whether the log has outgrown the live data enough to compact, or was read in an
     /// older format (compacting rewrites it in this one).
     pub(crate) fn should_compact(&self, live_bytes_estimate: u64) -> bool {
+        if self.log_bytes < self.retry_at {
+            return false;
+        }
         if self.legacy {
             return true;
         }
@@ -562,58 +613,109 @@ impl Journal {
     }
 
     /// Starts a new generation whose snapshot holds `tasks`, then drops the old one.
+    ///
+    /// A compaction that fails part way is undone where it can be, so that recovery still
+    /// finds the current generation and everything appended to its log afterwards:
+    /// [`CompactError::Abandoned`], and the next attempt waits for the log to grow (a full
+    /// disk is the likely cause, and a snapshot needs room for all the live data). Only
+    /// when the undo fails too is the journal's state unknown: [`CompactError::Broken`].
     pub(crate) fn compact(
         &mut self,
         cursor_key: u64,
         next_seq: u64,
         tasks: &[TaskRecord],
-    ) -> io::Result<()> {
+    ) -> Result<(), CompactError> {
         debug_assert!(self.batch.is_empty(), "compaction runs between batches");
-        self.log.flush()?;
+        // Whatever the log holds must be in its file before a snapshot stands for it; a
+        // log that cannot take it is as broken as a failed commit.
+        self.log.flush().map_err(CompactError::Broken)?;
         let dir = self.config.dir.clone();
-        let next = self.generation + 1;
-        let tmp = dir.join("snapshot.tmp");
-        let mut out = BufWriter::new(File::create(&tmp)?);
-        let header = Record::Header {
-            version: VERSION,
-            generation: next,
-            cursor_key,
-            next_seq,
-            tasks: Some(tasks.len() as u64),
+        let Some(next) = self.generation.checked_add(1) else {
+            return Err(self.abandon(io::Error::other("no generation number is left")));
         };
-        let mut bytes = frame::write_frame(&mut out, &serde_json::to_vec(&header)?)? as u64;
-        for task in tasks {
-            let record = Record::Put(task.clone());
-            bytes += frame::write_frame(&mut out, &serde_json::to_vec(&record)?)? as u64;
-        }
-        out.flush()?;
-        out.get_ref().sync_all()?;
-        drop(out);
-        fs::rename(&tmp, snapshot_path(&dir, next))?;
-        sync_dir(&dir)?;
-        let log = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(log_path(&dir, next))?;
+        let tmp = dir.join("snapshot.tmp");
+        let (snapshot, log) = (snapshot_path(&dir, next), log_path(&dir, next));
+        // How far the new generation got: its snapshot named, its log created.
+        let (mut named, mut created) = (false, false);
+        let staged = (|| {
+            let header = Record::Header {
+                version: VERSION,
+                generation: next,
+                cursor_key,
+                next_seq,
+                tasks: Some(tasks.len() as u64),
+            };
+            let bytes = write_snapshot(&tmp, &header, tasks).map_err(at(&tmp))?;
+            fs::rename(&tmp, &snapshot).map_err(at(&snapshot))?;
+            named = true;
+            // Named for good before the new log exists: recovery refuses a log newer
+            // than the newest snapshot.
+            sync_dir(&dir).map_err(at(&dir))?;
+            let mut new_log = BufWriter::with_capacity(
+                64 * 1024,
+                OpenOptions::new()
+                    .create(true)
+                    .truncate(true)
+                    .write(true)
+                    .open(&log)
+                    .map_err(at(&log))?,
+            );
+            created = true;
+            let header = Record::Header {
+                version: VERSION,
+                generation: next,
+                cursor_key,
+                next_seq,
+                tasks: None,
+            };
+            let header_bytes = frame::write_frame(&mut new_log, &serde_json::to_vec(&header)?)
+                .and_then(|n| {
+                    new_log.flush()?;
+                    new_log.get_ref().sync_all()?;
+                    Ok(n)
+                })
+                .map_err(at(&log))?;
+            sync_dir(&dir).map_err(at(&dir))?;
+            Ok::<_, io::Error>((bytes, new_log, header_bytes as u64))
+        })();
+        let (bytes, new_log, header_bytes) = match staged {
+            Ok(staged) => staged,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                if !named {
+                    return Err(self.abandon(e));
+                }
+                // Recovery would take the new snapshot for the current state and drop
+                // this log, and with it whatever is appended from now on: unname it.
+                let log = created.then_some(log.as_path());
+                return match undo_generation(&dir, &snapshot, log) {
+                    Ok(()) => Err(self.abandon(e)),
+                    Err(undo) => Err(CompactError::Broken(io::Error::other(format!(
+                        "{e}; undoing the new generation failed too: {undo}"
+                    )))),
+                };
+            }
+        };
         let old = self.generation;
-        self.log = BufWriter::with_capacity(64 * 1024, log);
+        self.log = new_log;
         self.generation = next;
-        self.log_bytes = 0;
+        self.log_bytes = header_bytes;
         self.base_bytes = bytes;
         self.legacy = false;
-        self.write_alone(&Record::Header {
-            version: VERSION,
-            generation: next,
-            cursor_key,
-            next_seq,
-            tasks: None,
-        })?;
-        self.commit()?;
-        sync_dir(&dir)?;
+        self.retry_at = 0;
         let _ = fs::remove_file(log_path(&dir, old));
         let _ = fs::remove_file(snapshot_path(&dir, old));
         Ok(())
+    }
+
+    /// Gives up this compaction: the next waits until the log has doubled (and grown by
+    /// at least `compact_min_bytes`), so a full disk is not asked for a snapshot per batch.
+    fn abandon(&mut self, e: io::Error) -> CompactError {
+        self.retry_at = self
+            .log_bytes
+            .saturating_mul(2)
+            .max(self.log_bytes.saturating_add(self.config.compact_min_bytes));
+        CompactError::Abandoned(e)
     }
 
     /// Writes the header a fresh log starts with.
