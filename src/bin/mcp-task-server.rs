@@ -45,6 +45,9 @@ Store settings (durations take units: 500ms, 90s, 10m, 2h):
                                    it is acknowledged; tasks still running at a restart are
                                    failed) [default: memory]
     --durability fsync|flush|none  with --data-dir: when a change is safe [default: fsync]
+    --journal-salvage              with --data-dir: start even if the log is damaged,
+                                   keeping what precedes the damage (the rest is set aside
+                                   next to the log; changes in it are lost)
 
 Server settings:
     --http ADDR                    serve Streamable HTTP on ADDR instead of stdio
@@ -76,6 +79,7 @@ struct Options {
     allow_remote: bool,
     journal: Option<JournalConfig>,
     durability: Durability,
+    salvage: bool,
     promote_after: Duration,
 }
 
@@ -128,6 +132,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
         allow_remote: false,
         journal: None,
         durability: Durability::Fsync,
+        salvage: false,
         promote_after: Duration::from_millis(50),
     };
     let mut args = args.peekable();
@@ -174,6 +179,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
                     }
                 }
             }
+            "--journal-salvage" => options.salvage = true,
             "--promote-after" => options.promote_after = parse_duration(&flag, &value()?)?,
             "--default-ttl" => default_ttl = Some(parse_limit(&flag, &value()?)?),
             "--max-ttl" => max_ttl = Some(parse_limit(&flag, &value()?)?),
@@ -221,8 +227,15 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
         (false, None) => ExpiryPolicy::default(),
     };
     options.store.validate().map_err(|e| e.to_string())?;
-    if let Some(journal) = &mut options.journal {
-        journal.durability = options.durability;
+    match &mut options.journal {
+        Some(journal) => {
+            journal.durability = options.durability;
+            journal.salvage = options.salvage;
+        }
+        None if options.salvage => {
+            return Err("--journal-salvage has no effect without --data-dir".to_string())
+        }
+        None => {}
     }
     if let Some(addr) = options.http {
         if !addr.ip().is_loopback() && !options.allow_remote {

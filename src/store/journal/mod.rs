@@ -64,6 +64,14 @@ pub struct JournalConfig {
     pub compact_min_bytes: u64,
     /// What to do with tasks found still running at start (default: fail them).
     pub recovery: RecoveryPolicy,
+    /// Start even when the current log is damaged (a broken record with valid ones after
+    /// it), keeping what comes before the damage: the rest of the log is set aside in
+    /// `journal-G.log.damaged-OFFSET` next to it, and a warning says so (default: off, and a
+    /// damaged log is an error). Acknowledged changes after the damage are lost, which is
+    /// why it is never the default. With `Fsync` durability damage means the disk or
+    /// someone else broke the file; with `Flush` or `None` a power loss alone can leave a
+    /// hole before pages that reached the disk. A damaged snapshot is an error all the same.
+    pub salvage: bool,
 }
 
 impl JournalConfig {
@@ -75,6 +83,7 @@ impl JournalConfig {
             compact_ratio: 4,
             compact_min_bytes: 1024 * 1024,
             recovery: RecoveryPolicy::FailRunning,
+            salvage: false,
         }
     }
 }
@@ -244,6 +253,21 @@ fn damaged(path: &Path, offset: u64, reason: impl std::fmt::Display) -> StoreErr
     ))
 }
 
+/// Copies `bytes[at..]` of the log at `path` into `<path>.damaged-<at>`, durably, before the
+/// log is cut at `at`: a salvage keeps what it drops for whoever looks into the damage.
+fn set_aside(path: &Path, bytes: &[u8], at: u64) -> Result<PathBuf, StoreError> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".damaged-{at}"));
+    let aside = PathBuf::from(name);
+    let mut file = File::create(&aside).map_err(|e| io_error(&aside, "cannot create", e))?;
+    file.write_all(&bytes[at as usize..])
+        .and_then(|()| file.sync_all())
+        .map_err(|e| io_error(&aside, "cannot write", e))?;
+    let dir = parent_dir(path);
+    sync_dir(dir).map_err(|e| io_error(dir, "cannot sync", e))?;
+    Ok(aside)
+}
+
 /// What a snapshot's records said about it, to check it is whole.
 #[derive(Default)]
 struct Tally {
@@ -272,12 +296,45 @@ impl Tally {
 fn replay(
     path: &Path,
     kind: FileKind,
+    salvage: bool,
     state: &mut BTreeMap<TaskId, TaskRecord>,
     recovered: &mut Recovered,
 ) -> Result<u64, StoreError> {
     let bytes = fs::read(path).map_err(|e| io_error(path, "cannot read", e))?;
-    let (frames, ending) =
-        frame::read_frames(&bytes).map_err(|damage| damaged(path, damage.offset, damage.reason))?;
+    let mut salvaged = false;
+    let (frames, ending) = match frame::read_frames(&bytes) {
+        Ok(read) => read,
+        Err(damage) if kind == FileKind::Log && salvage => {
+            let at = damage.offset;
+            let aside = set_aside(path, &bytes, at)?;
+            log::warn!(
+                "{} is damaged at byte offset {at} ({}); salvaging: the log is cut there, and \
+                 the {} bytes from there on are set aside in {}",
+                path.display(),
+                damage.reason,
+                bytes.len() as u64 - at,
+                aside.display()
+            );
+            salvaged = true;
+            // Everything before the damage was read as valid frames already.
+            let (frames, _) = frame::read_frames(&bytes[..at as usize])
+                .map_err(|again| damaged(path, again.offset, again.reason))?;
+            (frames, frame::Ending::TornTail { offset: at })
+        }
+        Err(damage) if kind == FileKind::Log => {
+            return Err(damaged(
+                path,
+                damage.offset,
+                format!(
+                    "{}; to start anyway, losing this record and every one after it (set \
+                     aside next to the log), set JournalConfig::salvage \
+                     (mcp-task-server --journal-salvage)",
+                    damage.reason
+                ),
+            ))
+        }
+        Err(damage) => return Err(damaged(path, damage.offset, damage.reason)),
+    };
     if let (FileKind::Snapshot, frame::Ending::TornTail { offset }) = (kind, &ending) {
         return Err(damaged(
             path,
@@ -312,10 +369,13 @@ fn replay(
         check_whole(path, &tally, offset, recovered)?;
     }
     if let frame::Ending::TornTail { offset } = ending {
-        log::warn!(
-            "{}: dropping a torn batch at byte offset {offset} (a write cut short by a crash)",
-            path.display()
-        );
+        if !salvaged {
+            log::warn!(
+                "{}: dropping a torn batch at byte offset {offset} (a write cut short by a \
+                 crash)",
+                path.display()
+            );
+        }
         let file = OpenOptions::new()
             .write(true)
             .open(path)
@@ -505,13 +565,20 @@ impl Journal {
             base_bytes = replay(
                 &snapshot_path(dir, generation),
                 FileKind::Snapshot,
+                false,
                 &mut state,
                 &mut recovered,
             )?;
         }
         let path = log_path(dir, generation);
         let log_bytes = if logs.contains(&generation) {
-            replay(&path, FileKind::Log, &mut state, &mut recovered)?
+            replay(
+                &path,
+                FileKind::Log,
+                config.salvage,
+                &mut state,
+                &mut recovered,
+            )?
         } else {
             0
         };
