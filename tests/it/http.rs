@@ -12,6 +12,7 @@ use mcp_task_store::{SessionId, Store, StoreConfig, StoreError, TaskId, TaskStat
 use serde_json::{json, Value};
 
 use crate::fixtures::demo_http_server;
+use crate::raw_http::{self, Reply};
 
 fn options() -> HttpOptions {
     HttpOptions {
@@ -22,27 +23,6 @@ fn options() -> HttpOptions {
 
 fn start() -> HttpServer {
     demo_http_server(options()).0
-}
-
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Value,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn code(&self) -> i64 {
-        self.body["error"]["code"]
-            .as_i64()
-            .unwrap_or_else(|| panic!("no error in {}", self.body))
-    }
 }
 
 /// One HTTP/1.1 exchange on a fresh connection.
@@ -75,37 +55,9 @@ fn write_request(
     stream
 }
 
-/// Reads the answer to the request sent on `stream` (until the server closes it).
-fn read_reply(mut stream: TcpStream) -> Reply {
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .unwrap_or_else(|| panic!("no answer: {text:?}"))
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers = lines
-        .filter_map(|l| {
-            l.split_once(": ")
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-        })
-        .collect();
-    let body = if body.trim().is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(body).unwrap_or(Value::String(body.into()))
-    };
-    Reply {
-        status,
-        headers,
-        body,
-    }
+/// Reads the answer to the request sent on `stream`.
+fn read_reply(stream: TcpStream) -> Reply {
+    raw_http::read_reply(&mut BufReader::new(stream))
 }
 
 fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> Reply {
@@ -136,7 +88,7 @@ fn initialize(addr: SocketAddr) -> String {
         &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
     );
-    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.status, 200, "{}", reply.json());
     reply
         .header("Mcp-Session-Id")
         .expect("a session id")
@@ -150,7 +102,7 @@ fn ping_works(addr: SocketAddr) {
         &[("Mcp-Session-Id", &session)],
         &json!({"jsonrpc": "2.0", "id": 9, "method": "ping"}),
     );
-    assert_eq!((reply.status, &reply.body["result"]), (200, &json!({})));
+    assert_eq!((reply.status, &reply.json()["result"]), (200, &json!({})));
 }
 
 #[test]
@@ -284,7 +236,7 @@ fn sessions_never_see_each_others_tasks() {
         &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "sleep", "arguments": {"ms": 0}, "task": {}}}),
     );
-    let id = created.body["result"]["task"]["taskId"]
+    let id = created.json()["result"]["task"]["taskId"]
         .as_str()
         .unwrap()
         .to_string();
@@ -295,7 +247,7 @@ fn sessions_never_see_each_others_tasks() {
             &json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"taskId": id}}),
         )
     };
-    assert_eq!(get(&a).body["result"]["taskId"], id.as_str());
+    assert_eq!(get(&a).json()["result"]["taskId"], id.as_str());
     assert_eq!(get(&b).code(), -32602, "another session's task is unknown");
     let list = |session: &str| {
         post(
@@ -305,10 +257,10 @@ fn sessions_never_see_each_others_tasks() {
         )
     };
     assert_eq!(
-        list(&a).body["result"]["tasks"].as_array().unwrap().len(),
+        list(&a).json()["result"]["tasks"].as_array().unwrap().len(),
         1
     );
-    assert_eq!(list(&b).body["result"]["tasks"], json!([]));
+    assert_eq!(list(&b).json()["result"]["tasks"], json!([]));
 }
 
 #[test]
@@ -343,7 +295,7 @@ fn stateless_requests_run_tools_and_tasks_with_routing_headers() {
     );
     assert_eq!(discover.status, 200);
     assert_eq!(
-        discover.body["result"]["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"],
+        discover.json()["result"]["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"],
         json!({})
     );
     assert!(
@@ -357,8 +309,8 @@ fn stateless_requests_run_tools_and_tasks_with_routing_headers() {
         &json!({"jsonrpc": "2.0", "id": 2,
         "method": "tools/call", "params": {"name": "greet", "arguments": {"name": "HTTP"}, "_meta": meta_2026(false)}}),
     );
-    assert_eq!(greet.body["result"]["content"][0]["text"], "Hello, HTTP!");
-    assert_eq!(greet.body["result"]["resultType"], "complete");
+    assert_eq!(greet.json()["result"]["content"][0]["text"], "Hello, HTTP!");
+    assert_eq!(greet.json()["result"]["resultType"], "complete");
 
     let required = post(
         addr,
@@ -368,7 +320,7 @@ fn stateless_requests_run_tools_and_tasks_with_routing_headers() {
     );
     assert_eq!((required.status, required.code()), (400, -32021));
     assert!(
-        required.body["error"]["data"]["requiredCapabilities"]["extensions"]
+        required.json()["error"]["data"]["requiredCapabilities"]["extensions"]
             ["io.modelcontextprotocol/tasks"]
             .is_object()
     );
@@ -379,8 +331,11 @@ fn stateless_requests_run_tools_and_tasks_with_routing_headers() {
         &json!({"jsonrpc": "2.0", "id": 4,
         "method": "tools/call", "params": {"name": "sleep_required", "arguments": {"ms": 0}, "_meta": meta_2026(true)}}),
     );
-    assert_eq!(task.body["result"]["resultType"], "task");
-    let id = task.body["result"]["taskId"].as_str().unwrap().to_string();
+    assert_eq!(task.json()["result"]["resultType"], "task");
+    let id = task.json()["result"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let got = post(
         addr,
         &[("Mcp-Method", "tasks/get"), ("Mcp-Name", &id)],
@@ -388,10 +343,10 @@ fn stateless_requests_run_tools_and_tasks_with_routing_headers() {
         "method": "tasks/get", "params": {"taskId": id, "_meta": meta_2026(true)}}),
     );
     assert_eq!(
-        got.body["result"]["taskId"],
+        got.json()["result"]["taskId"],
         id.as_str(),
         "readable at once: {}",
-        got.body
+        got.json()
     );
 
     let removed = post(
@@ -487,9 +442,9 @@ fn start_long_task(addr: SocketAddr, session: &str) -> String {
         &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "sleep", "arguments": {"ms": 600_000}, "task": {}}}),
     );
-    created.body["result"]["task"]["taskId"]
+    created.json()["result"]["task"]["taskId"]
         .as_str()
-        .unwrap_or_else(|| panic!("no task in {}", created.body))
+        .unwrap_or_else(|| panic!("no task in {}", created.json()))
         .to_string()
 }
 
@@ -512,12 +467,12 @@ fn the_2026_header_alone_never_reaches_the_2025_handlers() {
         &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "sleep_required", "arguments": {"ms": 300}, "_meta": meta_2026(true)}}),
     );
-    let id = created.body["result"]["taskId"]
+    let id = created.json()["result"]["taskId"]
         .as_str()
-        .unwrap_or_else(|| panic!("no task in {}", created.body))
+        .unwrap_or_else(|| panic!("no task in {}", created.json()))
         .to_string();
     let v2026 = ("MCP-Protocol-Version", "2026-07-28");
-    let leaks = |reply: &Reply| reply.body.to_string().contains(&id);
+    let leaks = |reply: &Reply| reply.json().to_string().contains(&id);
 
     // Bodies without `_meta`: 2025-11-25 requests sent with the 2026 header.
     let list = post(
@@ -525,7 +480,7 @@ fn the_2026_header_alone_never_reaches_the_2025_handlers() {
         &[v2026],
         &json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/list"}),
     );
-    assert!(!leaks(&list), "{}", list.body);
+    assert!(!leaks(&list), "{}", list.json());
     assert_eq!(list.code(), -32601, "tasks/list was removed");
     let result = post(
         addr,
@@ -533,7 +488,7 @@ fn the_2026_header_alone_never_reaches_the_2025_handlers() {
         &json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {"taskId": id}}),
     );
     assert_eq!(result.code(), -32601, "tasks/result was removed");
-    assert!(result.body.get("result").is_none(), "{}", result.body);
+    assert!(result.json().get("result").is_none(), "{}", result.json());
     let initialize = post(
         addr,
         &[v2026, ("Mcp-Method", "initialize")],
@@ -547,7 +502,7 @@ fn the_2026_header_alone_never_reaches_the_2025_handlers() {
         &[v2026, ("Mcp-Method", "tasks/get"), ("Mcp-Name", &id)],
         &json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/get", "params": {"taskId": id}}),
     );
-    assert_eq!((get.status, get.code()), (400, -32020), "{}", get.body);
+    assert_eq!((get.status, get.code()), (400, -32020), "{}", get.json());
     let legacy_task = post(
         addr,
         &[v2026, ("Mcp-Method", "tools/call"), ("Mcp-Name", "sleep")],
@@ -564,10 +519,10 @@ fn the_2026_header_alone_never_reaches_the_2025_handlers() {
         "params": {"taskId": id, "_meta": meta_2026(true)}}),
     );
     assert_eq!(
-        owner.body["result"]["taskId"],
+        owner.json()["result"]["taskId"],
         id.as_str(),
         "{}",
-        owner.body
+        owner.json()
     );
 }
 
@@ -585,7 +540,7 @@ fn an_unsupported_protocol_version_header_gets_400() {
         ],
         &ping,
     );
-    assert_eq!((bad.status, bad.code()), (400, -32600), "{}", bad.body);
+    assert_eq!((bad.status, bad.code()), (400, -32600), "{}", bad.json());
     let bad_get = send(
         addr,
         "GET",
@@ -603,7 +558,11 @@ fn an_unsupported_protocol_version_header_gets_400() {
             &[("Mcp-Session-Id", &session), ("MCP-Protocol-Version", good)],
             &ping,
         );
-        assert_eq!((ok.status, &ok.body["result"]), (200, &json!({})), "{good}");
+        assert_eq!(
+            (ok.status, &ok.json()["result"]),
+            (200, &json!({})),
+            "{good}"
+        );
     }
 }
 
@@ -639,7 +598,7 @@ fn waiting_tasks_result_calls_leave_the_server_free_and_all_end_with_their_task(
     );
     ping.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let pong = read_reply(ping);
-    assert_eq!((pong.status, &pong.body["result"]), (200, &json!({})));
+    assert_eq!((pong.status, &pong.json()["result"]), (200, &json!({})));
 
     // Ending the task answers every waiting call.
     let cancel = post(
@@ -648,16 +607,17 @@ fn waiting_tasks_result_calls_leave_the_server_free_and_all_end_with_their_task(
         &json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/cancel", "params": {"taskId": id}}),
     );
     assert_eq!(
-        cancel.body["result"]["status"], "cancelled",
+        cancel.json()["result"]["status"],
+        "cancelled",
         "{}",
-        cancel.body
+        cancel.json()
     );
     for stream in blocked {
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         let answer = read_reply(stream);
-        assert_eq!(answer.body["id"], 3, "{}", answer.body);
+        assert_eq!(answer.json()["id"], 3, "{}", answer.json());
     }
 }
 
@@ -757,7 +717,7 @@ fn idle_sessions_are_ended_but_streaming_ones_are_kept() {
     let ping = json!({"jsonrpc": "2.0", "id": 9, "method": "ping"});
     assert_eq!(post(addr, &[("Mcp-Session-Id", &idle)], &ping).status, 404);
     let kept = post(addr, &[("Mcp-Session-Id", &streaming)], &ping);
-    assert_eq!((kept.status, &kept.body["result"]), (200, &json!({})));
+    assert_eq!((kept.status, &kept.json()["result"]), (200, &json!({})));
 }
 
 #[test]
@@ -818,5 +778,5 @@ fn a_request_its_client_cancels_gets_no_response() {
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let reply = read_reply(pending);
-    assert_eq!((reply.status, &reply.body), (202, &Value::Null));
+    assert_eq!((reply.status, &reply.json()), (202, &Value::Null));
 }

@@ -4,7 +4,7 @@
 //! nothing sleeps to synchronise (the short timeouts under test do the waiting).
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use mcp_task_store::server::{
 use serde_json::{json, Value};
 
 use crate::fixtures::demo_http_server;
+use crate::raw_http::{read_head, read_reply, Reply};
 
 /// Longest any read may block; only failing runs wait this long.
 const HANG: Duration = Duration::from_secs(10);
@@ -44,66 +45,6 @@ fn post_raw(body: &Value, session: Option<&str>) -> Vec<u8> {
         body.len()
     )
     .into_bytes()
-}
-
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|_| panic!("not JSON: {self:?}"))
-    }
-}
-
-/// Reads one response head (the status line and fields).
-fn read_head(conn: &mut BufReader<TcpStream>) -> Reply {
-    let mut line = String::new();
-    conn.read_line(&mut line).unwrap();
-    let status = line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status line: {line:?}"));
-    let mut headers = Vec::new();
-    loop {
-        line.clear();
-        conn.read_line(&mut line).unwrap();
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        let (name, value) = line.split_once(':').unwrap();
-        headers.push((name.to_string(), value.trim().to_string()));
-    }
-    Reply {
-        status,
-        headers,
-        body: Vec::new(),
-    }
-}
-
-/// Reads one whole response framed by `Content-Length`.
-fn read_reply(conn: &mut BufReader<TcpStream>) -> Reply {
-    let mut reply = read_head(conn);
-    let length: usize = reply
-        .header("Content-Length")
-        .unwrap_or_else(|| panic!("no length: {reply:?}"))
-        .parse()
-        .unwrap();
-    reply.body = vec![0; length];
-    conn.read_exact(&mut reply.body).unwrap();
-    reply
 }
 
 /// Whether the server closed the connection (end of file, or a reset).

@@ -51,6 +51,7 @@ use proptest::test_runner::TestCaseError;
 use serde_json::{json, Value};
 
 use crate::fixtures::{demo_http_server, kind, Kind, SEP_VERSION, SUPPORTED, VERSION_KEY};
+use crate::raw_http::Reply;
 
 /// Longest a connection may take to end (or an event stream to open). Only failing runs
 /// wait this long.
@@ -105,52 +106,6 @@ fn transport_panics() -> usize {
 }
 
 // ----- the wire --------------------------------------------------------------------------
-
-/// One HTTP response as read off the wire.
-struct Reply {
-    /// Interim (1xx) statuses sent before it.
-    interim: Vec<u16>,
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl std::fmt::Debug for Reply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reply")
-            .field("interim", &self.interim)
-            .field("status", &self.status)
-            .field("headers", &self.headers)
-            .field("body", &String::from_utf8_lossy(&self.body))
-            .finish()
-    }
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn is_json(&self) -> bool {
-        self.header("Content-Type") == Some("application/json")
-    }
-
-    fn is_stream(&self) -> bool {
-        self.header("Content-Type") == Some("text/event-stream")
-    }
-
-    /// Whether it says the connection ends after it.
-    fn closes(&self) -> bool {
-        self.header("Connection") == Some("close")
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
-    }
-}
 
 /// How a connection ended.
 #[derive(Debug, PartialEq)]

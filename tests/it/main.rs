@@ -13,6 +13,8 @@ mod http_conn;
 mod http_hostile;
 mod journal;
 mod model;
+#[cfg(feature = "http")]
+mod raw_http;
 mod server;
 mod stdio;
 mod wire;
