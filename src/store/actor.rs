@@ -329,13 +329,12 @@ impl StoreActor {
         }
         let before = journal.log_bytes();
         let tasks = m.records();
-        let (key, seq) = (m.cursor_key(), m.next_seq());
+        let (key, seq, count) = (m.cursor_key(), m.next_seq(), tasks.len());
         drop(m);
-        match journal.compact(key, seq, &tasks) {
+        match journal.compact(key, seq, tasks) {
             Ok(()) => {
                 log::info!(
-                    "compacted the journal: {before} bytes of log -> {} tasks in a snapshot",
-                    tasks.len()
+                    "compacted the journal: {before} bytes of log -> {count} tasks in a snapshot"
                 );
                 Ok(())
             }

@@ -169,11 +169,11 @@ fn at(path: &Path) -> impl FnOnce(io::Error) -> io::Error + '_ {
 }
 
 /// Writes a snapshot (its header, then every task) to `path` and syncs it; its size.
-fn write_snapshot(path: &Path, header: &Record, tasks: &[TaskRecord]) -> io::Result<u64> {
+fn write_snapshot(path: &Path, header: &Record, tasks: Vec<TaskRecord>) -> io::Result<u64> {
     let mut out = BufWriter::new(File::create(path)?);
     let mut bytes = frame::write_frame(&mut out, &serde_json::to_vec(header)?)? as u64;
     for task in tasks {
-        let record = Record::Put(task.clone());
+        let record = Record::Put(task);
         bytes += frame::write_frame(&mut out, &serde_json::to_vec(&record)?)? as u64;
     }
     out.flush()?;
@@ -690,7 +690,7 @@ impl Journal {
         &mut self,
         cursor_key: u64,
         next_seq: u64,
-        tasks: &[TaskRecord],
+        tasks: Vec<TaskRecord>,
     ) -> Result<(), CompactError> {
         debug_assert!(self.batch.is_empty(), "compaction runs between batches");
         // Whatever the log holds must be in its file before a snapshot stands for it; a
