@@ -929,7 +929,8 @@ pub unsafe extern "C" fn mcpts_handle_wait_input(
 ///
 /// On `OK`, `*response_out` is the complete JSON-RPC response to send back (a protocol error,
 /// such as an unknown task or malformed JSON, is a JSON-RPC error response, still `OK`), or
-/// NULL when the message needs no response (a notification). Methods outside `tasks/` get
+/// NULL when the message needs no response (a notification, or a response: even one with
+/// a null or missing id is never answered). Methods outside `tasks/` get
 /// -32601. A 2025-11-25 `tasks/result` blocks until the task is terminal, with no timeout;
 /// [`mcpts_handle_dispatch_timeout`] bounds that wait.
 ///

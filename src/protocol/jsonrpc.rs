@@ -156,13 +156,27 @@ pub enum Message {
 }
 
 /// A message that could not be understood, with the error response to send back (if the
-/// message had a usable id, the response carries it; otherwise the id is `null`).
+/// message had a usable id, the response carries it; otherwise the id is `null`), unless
+/// it was itself a response: see [`answer`](Rejected::answer).
 #[derive(Clone, PartialEq, Debug)]
 pub struct Rejected {
     /// The id to answer with, if one could be read.
     pub id: Option<RequestId>,
     /// Why the message was rejected.
     pub error: RpcError,
+    /// The message was shaped as a response (`result` or `error`, no `method`) but could
+    /// not be routed: its id is null, absent or unusable, or it is malformed. It is never
+    /// answered.
+    pub response: bool,
+}
+
+impl Rejected {
+    /// The error response to send back, or `None` for a rejected response: JSON-RPC never
+    /// answers a response, and two peers that answered the ones they cannot route (an
+    /// error with `"id": null`, say) would trade errors for ever.
+    pub fn answer(&self) -> Option<Value> {
+        (!self.response).then(|| error_response(self.id.as_ref(), &self.error))
+    }
 }
 
 /// Parses one JSON-RPC message.
@@ -170,21 +184,30 @@ pub fn parse_message(text: &str) -> Result<Message, Rejected> {
     let value: Value = serde_json::from_str(text).map_err(|e| Rejected {
         id: None,
         error: RpcError::parse_error(e),
+        response: false,
     })?;
     classify(value)
 }
 
-/// Classifies an already-parsed JSON value as a message.
+/// Classifies an already-parsed JSON value as a message. An object with `result` or
+/// `error` and no `method` is a response whatever else it holds; one that cannot be routed
+/// is rejected as a [`response`](Rejected::response), which is never answered.
 pub fn classify(value: Value) -> Result<Message, Rejected> {
     let reject = |id: Option<RequestId>, why: &str| Rejected {
         id,
         error: RpcError::invalid_request(why),
+        response: false,
     };
     let mut object = match value {
         Value::Object(object) => object,
         Value::Array(_) => return Err(reject(None, "batches are not supported")),
         _ => return Err(reject(None, "a message must be a JSON object")),
     };
+    if !object.contains_key("method")
+        && (object.contains_key("result") || object.contains_key("error"))
+    {
+        return classify_response(object);
+    }
     let id = match object.remove("id") {
         None => None,
         Some(raw) => match serde_json::from_value::<RequestId>(raw) {
@@ -215,22 +238,45 @@ pub fn classify(value: Value) -> Result<Message, Rejected> {
             Err(Rejected {
                 id,
                 error: RpcError::invalid_params("params must be an object"),
+                response: false,
             })
         }
         (Some(Value::String(method)), Some(id)) => {
             Ok(Message::Request(Request { id, method, params }))
         }
         (Some(_), id) => Err(reject(id, "method must be a string")),
-        (None, Some(id)) => {
-            let outcome = match (object.remove("result"), object.remove("error")) {
-                (Some(result), None) => Ok(result),
-                (None, Some(error)) => Err(RpcError::from_value(&error)),
-                _ => return Err(reject(Some(id), "a response needs result or error")),
-            };
-            Ok(Message::Response(Response { id, outcome }))
-        }
-        (None, None) => Err(reject(None, "missing method")),
+        // Neither a method nor a result nor an error (a response has one of the last two).
+        (None, id) => Err(reject(id, "missing method")),
     }
+}
+
+/// A response (an object with `result` or `error` and no `method`). One that cannot be
+/// routed to a request (its id is null, absent or unusable: an error a peer answered
+/// before it could read an id, say), or that is malformed, is rejected without an answer.
+fn classify_response(mut object: Map<String, Value>) -> Result<Message, Rejected> {
+    let drop = |id: Option<RequestId>, why: &str| Rejected {
+        id,
+        error: RpcError::invalid_request(why),
+        response: true,
+    };
+    let id = match object.remove("id").map(serde_json::from_value::<RequestId>) {
+        Some(Ok(id)) => id,
+        None | Some(Err(_)) => {
+            return Err(drop(
+                None,
+                "a response without a usable id answers no request",
+            ))
+        }
+    };
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(drop(Some(id), "jsonrpc must be \"2.0\""));
+    }
+    let outcome = match (object.remove("result"), object.remove("error")) {
+        (Some(result), None) => Ok(result),
+        (None, Some(error)) => Err(RpcError::from_value(&error)),
+        _ => return Err(drop(Some(id), "a response has result or error, not both")),
+    };
+    Ok(Message::Response(Response { id, outcome }))
 }
 
 /// Deserialises a params object into `T`; missing params count as `{}`. Unknown fields are
@@ -262,4 +308,44 @@ pub fn request(id: &RequestId, method: &str, params: Value) -> Value {
 /// A notification message.
 pub fn notification(method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "method": method, "params": params})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_response_is_never_answered_even_when_it_cannot_be_read() {
+        for text in [
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#,
+            r#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"Invalid request"}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":{"a":1},"result":{}}"#,
+            r#"{"id":null,"error":{"code":1,"message":"no jsonrpc"}}"#,
+            r#"{"jsonrpc":"1.0","id":1,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"both"}}"#,
+        ] {
+            let rejected = parse_message(text).expect_err(text);
+            assert!(rejected.response, "{text}");
+            assert_eq!(rejected.answer(), None, "{text}");
+        }
+        let routed =
+            parse_message(r#"{"jsonrpc":"2.0","id":"s-1","error":{"code":1,"message":"m"}}"#);
+        assert!(matches!(routed, Ok(Message::Response(_))), "{routed:?}");
+    }
+
+    #[test]
+    fn a_request_it_cannot_read_is_answered_with_a_null_id() {
+        for text in [
+            r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0"}"#,
+            "not json",
+        ] {
+            let answer = parse_message(text).expect_err(text).answer().expect(text);
+            assert!(
+                answer["id"].is_null() && answer["error"].is_object(),
+                "{answer}"
+            );
+        }
+    }
 }

@@ -35,12 +35,8 @@ pub fn dispatch_tasks(
     let request = match jsonrpc::parse_message(request) {
         Ok(Message::Request(request)) => request,
         Ok(_) => return None,
-        Err(rejected) => {
-            return Some(jsonrpc::error_response(
-                rejected.id.as_ref(),
-                &rejected.error,
-            ))
-        }
+        // A response is never answered, not even one that could not be read.
+        Err(rejected) => return rejected.answer(),
     };
     let Request { id, method, params } = request;
     let outcome = match RequestMeta::of(params.as_ref()).revision() {

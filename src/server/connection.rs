@@ -163,13 +163,16 @@ impl Connection {
     /// through `respond` (called exactly once, possibly later and from another thread; see
     /// [`Responder`] for the requests their client cancelled); notifications and responses
     /// never call it.
+    ///
+    /// A message it cannot understand is answered with its error, unless it is a response
+    /// (one with `"id": null`, say), which is logged and dropped: `respond` is not called.
     pub fn handle_text(self: &Arc<Self>, text: &str, respond: Responder) {
         match jsonrpc::parse_message(text) {
             Ok(message) => self.handle_message(message, respond),
-            Err(rejected) => respond(jsonrpc::error_response(
-                rejected.id.as_ref(),
-                &rejected.error,
-            )),
+            Err(rejected) => match rejected.answer() {
+                Some(answer) => respond(answer),
+                None => log::debug!("dropped a response: {}", rejected.error),
+            },
         }
     }
 

@@ -738,6 +738,29 @@ fn a_failed_initialize_opens_no_session() {
     initialize(addr);
 }
 
+/// A response that answers no request (its id null or absent) is taken with 202 and no
+/// body, like any response: an error in the body would be one more message for a peer to
+/// answer.
+#[test]
+fn a_response_without_a_usable_id_gets_no_error() {
+    let http = start();
+    let addr = http.local_addr();
+    let session = initialize(addr);
+    for response in [
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "Parse error"}}),
+        json!({"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid request"}}),
+        json!({"jsonrpc": "2.0", "id": null, "result": {}}),
+    ] {
+        let reply = post(addr, &[("Mcp-Session-Id", &session)], &response);
+        assert_eq!(
+            (reply.status, &reply.body),
+            (202, &Value::Null),
+            "{response}"
+        );
+    }
+    ping_works(addr);
+}
+
 #[test]
 fn a_request_its_client_cancels_gets_no_response() {
     let http = start();

@@ -283,3 +283,34 @@ fn a_call_its_client_cancels_writes_no_response() {
     let ids: Vec<&Value> = responses.iter().map(|r| &r["id"]).collect();
     assert_eq!(ids, [&json!(1), &json!(3)], "{responses:?}");
 }
+
+/// JSON-RPC 2.0 §5: an error response whose request id could not be read carries
+/// `"id": null`; it is still a response, and is never answered (two peers that both
+/// answered such messages would trade errors for ever).
+#[test]
+fn a_response_without_a_usable_id_is_not_answered() {
+    let input = concat!(
+        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","id":null,"result":{}}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"Invalid request"}}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","id":1.5,"error":{"code":-32600,"message":"x"}}"#,
+        "\n",
+        r#"{"id":null,"error":{"code":-32600,"message":"no jsonrpc"}}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","id":5,"result":{},"error":{"code":1,"message":"both"}}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","id":99,"method":"ping"}"#,
+        "\n",
+    );
+    // Every line here is answered (or not) by the reader itself, and `serve_lines`
+    // returns once what it queued is written: no answer can come later.
+    let responses = exchange(input.as_bytes().to_vec(), 1);
+    assert_eq!(
+        responses,
+        vec![json!({"jsonrpc": "2.0", "id": 99, "result": {}})],
+        "only the ping is answered"
+    );
+}

@@ -562,7 +562,12 @@ fn post(state: &Arc<State>, head: &Head, body: Vec<u8>, responder: Responder) {
     let message = match jsonrpc::parse_message(&body) {
         Ok(message) => message,
         Err(rejected) => {
-            let error = jsonrpc::error_response(rejected.id.as_ref(), &rejected.error);
+            let Some(error) = rejected.answer() else {
+                // A response that answers no request (like one to an unknown id): taken and
+                // dropped, never answered with an error a peer might answer in turn.
+                log::debug!("dropped a response: {}", rejected.error);
+                return respond(responder, Answer::empty(202));
+            };
             return respond(responder, Answer::json(400, error));
         }
     };
