@@ -27,7 +27,8 @@ use crate::StoreError;
 /// It is called exactly once per request: with the response, or with `Value::Null` for a
 /// request that gets none because its client cancelled it (`notifications/cancelled`,
 /// which receivers SHOULD NOT answer). A transport then writes nothing (stdio) or ends
-/// the exchange without a body (HTTP: 202).
+/// the exchange without a body (HTTP: 202). It may block until the transport has room for
+/// the response (stdio: until the client reads), which holds back the thread answering.
 pub type Responder = Box<dyn FnOnce(Value) + Send>;
 
 /// Protocol versions this server accepts at `initialize`, newest first.

@@ -250,6 +250,9 @@ impl Server {
     ///
     /// The connection is sessionless, as stdio has one client per server process; a
     /// journaled store's tasks are then visible again to the client after a restart.
+    ///
+    /// A client that stops reading stdout stops the server reading stdin once 1024
+    /// messages wait to be written (backpressure); notifications are dropped meanwhile.
     pub fn serve_stdio(&self) -> std::io::Result<()> {
         let stdin = std::io::stdin();
         stdio::serve(self, stdin.lock(), std::io::stdout())
