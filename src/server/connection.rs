@@ -198,7 +198,8 @@ impl Connection {
     }
 
     /// `notifications/cancelled`: tells a plain call still running that its client gave up
-    /// on it ([`TaskContext::is_cancelled`], and its `sleep` wakes), and ends a waiting
+    /// on it ([`TaskContext::is_cancelled`], its `sleep` wakes, and a request it waits on to
+    /// the client ends and is withdrawn, see [`request_for`](Self::request_for)), and ends a waiting
     /// `tasks/result` (at once on a [`StoreHandle`](crate::StoreHandle), within
     /// [`STOP_POLL`](crate::store::STOP_POLL) on a store with the trait's default), which
     /// gives its place and thread back.
@@ -653,12 +654,16 @@ impl Connection {
     }
 
     fn context(self: &Arc<Self>, binding: Arc<Binding>, run: &Run) -> TaskContext {
+        let peer = Arc::new(CallPeer {
+            connection: self.clone(),
+            binding: binding.clone(),
+        });
         TaskContext::new(
             binding,
             run.revision,
             self.session.clone(),
             self.core.store.clone(),
-            self.clone(),
+            peer,
         )
         .with_call_responses(run.responses.clone())
     }
@@ -981,6 +986,49 @@ impl ClientPeer for Connection {
         params: Value,
         task: Option<TaskId>,
     ) -> Result<Value, RpcError> {
+        self.request_for(method, params, task, None)
+    }
+}
+
+/// The client as one tool call sees it: a request it sends for a plain call is abandoned
+/// when the call is cancelled (see [`Connection::request_for`]).
+struct CallPeer {
+    connection: Arc<Connection>,
+    binding: Arc<Binding>,
+}
+
+impl ClientPeer for CallPeer {
+    fn request(
+        &self,
+        method: &str,
+        params: Value,
+        task: Option<TaskId>,
+    ) -> Result<Value, RpcError> {
+        let call = Some(&*self.binding);
+        self.connection.request_for(method, params, task, call)
+    }
+}
+
+impl Connection {
+    /// Sends `method` to the client and waits for its answer: until `task` ends, if the
+    /// request is for one, or else until `call` (the plain call asking) is cancelled, by
+    /// its client or its connection closing. A request abandoned that way is withdrawn
+    /// with `notifications/cancelled`, and its answer, if one comes, is dropped; the
+    /// call's worker is free at once.
+    fn request_for(
+        &self,
+        method: &str,
+        params: Value,
+        task: Option<TaskId>,
+        call: Option<&Binding>,
+    ) -> Result<Value, RpcError> {
+        // Disconnected once the call is cancelled; never, for a call that cannot be.
+        let cancelled = match (task, call) {
+            (None, Some(call)) => call.cancelled_signal(),
+            _ => crossbeam_channel::never(),
+        };
+        let cancelled_error =
+            || RpcError::internal(format!("{method} was abandoned: the call was cancelled"));
         if !self.client_supports(method) {
             return Err(RpcError::new(
                 INTERNAL_ERROR,
@@ -1003,6 +1051,11 @@ impl ClientPeer for Connection {
                 "{method} was not sent: the connection is closed"
             )));
         }
+        // A call already cancelled sends nothing (a cancel from now on is seen below).
+        if cancelled.try_recv() == Err(crossbeam_channel::TryRecvError::Disconnected) {
+            self.pending.lock().remove(&id);
+            return Err(cancelled_error());
+        }
         if let Err(error) = self
             .outgoing
             .try_send(jsonrpc::request(&id, method, params))
@@ -1021,7 +1074,21 @@ impl ClientPeer for Connection {
             ))
         };
         let Some(task) = task else {
-            return answer.recv().unwrap_or_else(|_| abandoned());
+            return crossbeam_channel::select! {
+                recv(answer) -> outcome => outcome.unwrap_or_else(|_| abandoned()),
+                recv(cancelled) -> _ => {
+                    // Still pending (neither answered nor ended by a close): withdrawn.
+                    if self.pending.lock().remove(&id).is_some() {
+                        let withdrawn = jsonrpc::notification(
+                            "notifications/cancelled",
+                            json!({"requestId": id, "reason": "the tool call was cancelled"}),
+                        );
+                        // Optional, like every notification: never blocks.
+                        let _ = self.outgoing.try_send(withdrawn);
+                    }
+                    Err(cancelled_error())
+                }
+            };
         };
         // The task's end normally reaches us as a store event, which drops our sender. A
         // task that ended while we registered sent it too early, and events can be lost (a

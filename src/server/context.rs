@@ -24,7 +24,9 @@ use crate::{StoreError, TaskStore};
 /// Sends requests to the client on behalf of a tool and blocks for the answer.
 pub trait ClientPeer: Send + Sync {
     /// Sends `method` with `params` and waits for the response. `task` ties the request to
-    /// a task: the wait ends early, with an error, if that task ends.
+    /// a task: the wait ends early, with an error, if that task ends. (The peer a tool's
+    /// [`TaskContext`] holds also ends the wait of a plain call its client cancels, and
+    /// withdraws the request with `notifications/cancelled`.)
     fn request(&self, method: &str, params: Value, task: Option<TaskId>)
         -> Result<Value, RpcError>;
 }
@@ -70,39 +72,60 @@ pub(crate) struct Binding {
     /// The cancel came from the client itself, so the call gets no response (rather than
     /// from its connection closing, where nobody reads one).
     withheld: AtomicBool,
+    /// Dropped when the call is cancelled inline, which disconnects [`rung`](Self::rung):
+    /// how a wait on a channel (a request to the client) hears of the cancel.
+    bell: Mutex<Option<crossbeam_channel::Sender<()>>>,
+    rung: crossbeam_channel::Receiver<()>,
 }
 
 impl Binding {
+    fn bell() -> (
+        Mutex<Option<crossbeam_channel::Sender<()>>>,
+        crossbeam_channel::Receiver<()>,
+    ) {
+        let (bell, rung) = crossbeam_channel::bounded(0);
+        (Mutex::new(Some(bell)), rung)
+    }
+
     /// A run that is a task from the start.
     pub(crate) fn task(id: TaskId, token: CancelToken) -> Arc<Binding> {
+        let (bell, rung) = Binding::bell();
         Arc::new(Binding {
             state: Mutex::new(BindingState::Task(id, token)),
             changed: Condvar::new(),
             promotable: false,
             cancelled_inline: AtomicBool::new(false),
             withheld: AtomicBool::new(false),
+            bell,
+            rung,
         })
     }
 
     /// A plain call that never becomes a task.
     pub(crate) fn inline() -> Arc<Binding> {
+        let (bell, rung) = Binding::bell();
         Arc::new(Binding {
             state: Mutex::new(BindingState::Inline),
             changed: Condvar::new(),
             promotable: false,
             cancelled_inline: AtomicBool::new(false),
             withheld: AtomicBool::new(false),
+            bell,
+            rung,
         })
     }
 
     /// A call that runs inline and may be promoted to a task.
     pub(crate) fn promotable() -> Arc<Binding> {
+        let (bell, rung) = Binding::bell();
         Arc::new(Binding {
             state: Mutex::new(BindingState::Inline),
             changed: Condvar::new(),
             promotable: true,
             cancelled_inline: AtomicBool::new(false),
             withheld: AtomicBool::new(false),
+            bell,
+            rung,
         })
     }
 
@@ -124,7 +147,14 @@ impl Binding {
         }
         self.cancelled_inline.store(true, Ordering::Release);
         self.changed.notify_all();
+        self.bell.lock().take();
         true
+    }
+
+    /// A channel that disconnects once the call is cancelled while it runs inline (by its
+    /// client, or its connection closing): to wait on alongside another channel.
+    pub(crate) fn cancelled_signal(&self) -> crossbeam_channel::Receiver<()> {
+        self.rung.clone()
     }
 
     /// [`cancel_inline`](Self::cancel_inline) on the client's `notifications/cancelled`:
@@ -355,7 +385,9 @@ impl TaskContext {
 
     /// Sends several input requests at once (`(method, params)` each) and blocks until all
     /// are answered; the answers come back in the same order. The task is `input_required`
-    /// meanwhile. On SEP-2663 they appear together in the task's `inputRequests`.
+    /// meanwhile. On SEP-2663 they appear together in the task's `inputRequests`. A plain
+    /// call stops waiting, with an error, once its client cancels it or its connection
+    /// closes (the request is withdrawn with `notifications/cancelled`).
     pub fn request_input(&self, requests: Vec<(String, Value)>) -> Result<Vec<Value>, RpcError> {
         let bound = match self.binding.current() {
             Some(bound) => Some(bound),

@@ -1526,3 +1526,50 @@ fn work_a_closed_connection_starts_is_cancelled_at_once() {
         .expect("the plain call stops at once");
     assert!(answer.get("error").is_some(), "{answer}");
 }
+
+/// MCP cancellation: a receiver SHOULD stop processing a cancelled request and free its
+/// resources. A plain call blocked on a request to the client (here an old-version client
+/// calling `ask` inline) stops waiting when its client cancels the call: the request is
+/// withdrawn, and the only worker is free for the next call.
+#[test]
+fn a_cancelled_plain_call_waiting_on_the_client_frees_its_worker() {
+    let mut h = Harness::with_workers(1);
+    h.result(
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}}}),
+    );
+    let (answers_tx, answers) = crossbeam_channel::unbounded();
+    h.connection.handle_text(
+        &json!({"jsonrpc": "2.0", "id": "ask", "method": "tools/call",
+                "params": {"name": "ask", "arguments": {"question": "q"}}})
+        .to_string(),
+        Box::new(move |v| answers_tx.send(v).unwrap()),
+    );
+    let asked = h.next_outgoing("elicitation/create");
+    h.connection.handle_text(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": "ask"}})
+        .to_string(),
+        Box::new(|_| panic!("a notification")),
+    );
+    let withdrawn = h.next_outgoing("notifications/cancelled");
+    assert_eq!(withdrawn["params"]["requestId"], asked["id"], "{withdrawn}");
+    assert_eq!(
+        answers
+            .recv_timeout(WAIT)
+            .expect("the cancelled call stops waiting"),
+        Value::Null,
+        "a cancelled call gets no response"
+    );
+    // The worker is free: the next call runs, and a late answer to the withdrawn request
+    // is dropped.
+    let echoed = h.result(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "next"}}),
+    );
+    assert_eq!(echoed["content"][0]["text"], "next");
+    h.connection.handle_text(
+        &json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}}).to_string(),
+        Box::new(|_| panic!("a response")),
+    );
+}
