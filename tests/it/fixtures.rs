@@ -104,7 +104,9 @@ pub enum Kind {
         method: String,
         params: Option<Value>,
     },
-    /// A response to a request of the server's: gets nothing.
+    /// Shaped as a response (`result` or `error`, no `method`): gets nothing, whether it
+    /// answers a request of the server's or cannot (a null id, say). JSON-RPC never answers
+    /// a response; two peers that did would trade errors for ever.
     Response,
     /// Gets one error: -32700 when it is not JSON, else -32600 (or -32602 for params that
     /// are not an object); its id when it had a usable one, else null.
@@ -133,6 +135,11 @@ pub fn kind(text: &str) -> Kind {
             id: None,
         };
     };
+    if !object.contains_key("method")
+        && (object.contains_key("result") || object.contains_key("error"))
+    {
+        return Kind::Response;
+    }
     let id = object.get("id").cloned();
     let usable_id = id.clone().filter(valid_id);
     let malformed = Kind::Malformed {
@@ -168,9 +175,6 @@ pub fn kind(text: &str) -> Kind {
             method: method.clone(),
             params,
         },
-        (None, Some(_)) if object.contains_key("result") != object.contains_key("error") => {
-            Kind::Response
-        }
         _ => malformed,
     }
 }
