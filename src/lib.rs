@@ -45,8 +45,8 @@ pub mod store;
 
 pub use error::StoreError;
 pub use model::{
-    CancelOutcome, CreateTask, InputRequests, InputResponses, LimitScope, Outcome, SessionId,
-    StoreEvent, Task, TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus, Timestamp,
+    CancelOutcome, CreateTask, InputRequests, InputResponses, LimitScope, Origin, Outcome,
+    SessionId, StoreEvent, Task, TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus, Timestamp,
 };
 pub use store::{
     CancelToken, Clock, Durability, ExpiryPolicy, JournalConfig, ManualClock, Millis, Now,

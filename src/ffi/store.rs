@@ -16,7 +16,7 @@ use super::dispatch::DispatchStore;
 use super::error::{mcpts_result, parse_object, Error};
 use crate::protocol::RpcError;
 use crate::{
-    CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, Store,
+    CancelOutcome, CreateTask, InputRequests, InputResponses, Origin, Outcome, SessionId, Store,
     StoreError, StoreHandle, Task, TaskPage, TaskResult, TaskStatus,
 };
 
@@ -374,7 +374,7 @@ pub unsafe extern "C" fn mcpts_handle_create(
         let create = CreateTask {
             ttl: request.ttl,
             session: request.session.map(SessionId::from),
-            origin: request.origin.map(Arc::new),
+            origin: request.origin.map(Origin::from),
         };
         let task = store.create(create)?;
         let bytes = mcpts_bytes::json(&task)?;

@@ -4,10 +4,12 @@
 //! Nothing here knows about threads, clocks or JSON-RPC framing; these are plain values.
 
 mod ids;
+mod origin;
 mod task;
 mod timestamp;
 
 pub use ids::{SessionId, TaskId};
+pub use origin::Origin;
 pub use task::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, LimitScope, Outcome, StoreEvent,
     Task, TaskDetail, TaskPage, TaskResult, TaskStatus,

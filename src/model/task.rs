@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{SessionId, TaskId, Timestamp};
+use super::{Origin, SessionId, TaskId, Timestamp};
 
 /// The lifecycle state of a task, as both MCP revisions name it.
 ///
@@ -97,8 +97,9 @@ pub struct CreateTask {
     /// The session the task belongs to; `None` for a sessionless task.
     pub session: Option<SessionId>,
     /// The originating request (for example the JSON-RPC `tools/call` with its id), kept
-    /// verbatim so the protocol layer can render the task the way its revision expects.
-    pub origin: Option<Arc<Value>>,
+    /// verbatim with the task and in the journal (an external worker recovering tasks
+    /// finds there what to run).
+    pub origin: Option<Origin>,
 }
 
 impl CreateTask {
@@ -120,8 +121,8 @@ impl CreateTask {
     }
 
     /// Keeps the originating request with the task.
-    pub fn origin(mut self, origin: Value) -> CreateTask {
-        self.origin = Some(Arc::new(origin));
+    pub fn origin(mut self, origin: impl Into<Origin>) -> CreateTask {
+        self.origin = Some(origin.into());
         self
     }
 }
@@ -163,7 +164,7 @@ pub struct TaskDetail {
     /// The session the task is bound to.
     pub session: Option<SessionId>,
     /// The originating request, if the creator kept one.
-    pub origin: Option<Arc<Value>>,
+    pub origin: Option<Origin>,
     /// Input requests still waiting for an answer.
     pub input_requests: InputRequests,
     /// The stored outcome, once the task has one.

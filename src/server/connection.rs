@@ -10,13 +10,13 @@ use std::sync::Arc;
 
 use crossbeam_channel::{RecvTimeoutError, Sender, TrySendError};
 use parking_lot::Mutex;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::context::{Binding, ClientPeer, TaskContext};
 use super::tools::{Preflight, TaskSupport, Tool};
 use super::ServerCore;
-use crate::model::{CreateTask, SessionId, StoreEvent, Task, TaskId, TaskStatus};
+use crate::model::{CreateTask, Origin, SessionId, StoreEvent, Task, TaskId, TaskStatus};
 use crate::protocol::jsonrpc::{self, Message, Request, RequestId, RpcError, INTERNAL_ERROR};
 use crate::protocol::{rpc_error, sep2663, v2025, RequestMeta, Revision};
 use crate::store::{CancelToken, WaitStop};
@@ -363,7 +363,17 @@ impl Connection {
         id: RequestId,
         reply: Reply,
     ) {
-        let origin = json!({ "method": "tools/call", "params": params.clone(), "revision": revision.as_str() });
+        // Kept with a task as its text, written before `params` is taken apart (no copy
+        // of the tree is made).
+        let origin = OriginRequest {
+            method: "tools/call",
+            params: &params,
+            revision: revision.as_str(),
+        };
+        let origin = match Origin::new(&origin) {
+            Ok(origin) => origin,
+            Err(e) => return reply.send(Err(RpcError::invalid_params(e.to_string()))),
+        };
         let call: CallParams = match jsonrpc::params(params) {
             Ok(call) => call,
             Err(error) => return reply.send(Err(error)),
@@ -955,12 +965,20 @@ fn task_metadata(task: Option<Value>) -> Result<Option<v2025::TaskMetadata>, Rpc
     }
 }
 
+/// What a task keeps of the `tools/call` it came from.
+#[derive(Serialize)]
+struct OriginRequest<'a> {
+    method: &'static str,
+    params: &'a Option<Value>,
+    revision: &'a str,
+}
+
 /// A tool call on its way to running.
 #[derive(Clone)]
 struct Run {
     tool: Tool,
     arguments: Value,
-    origin: Value,
+    origin: Origin,
     revision: Revision,
     /// The call's own `inputResponses` (multi-round-trip answers).
     responses: Option<Value>,

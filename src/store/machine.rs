@@ -19,7 +19,6 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -29,8 +28,8 @@ use super::record::{Change, OutcomeRecord, RecoveryPolicy, TaskRecord};
 use super::token::CancelToken;
 use super::wheel::{Polled, Wheel};
 use crate::model::{
-    CancelOutcome, CreateTask, InputRequests, InputResponses, LimitScope, Outcome, SessionId,
-    StoreEvent, Task, TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus, Timestamp,
+    CancelOutcome, CreateTask, InputRequests, InputResponses, LimitScope, Origin, Outcome,
+    SessionId, StoreEvent, Task, TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus, Timestamp,
 };
 use crate::StoreError;
 use seq_set::SeqSet;
@@ -133,7 +132,7 @@ struct Entry<W> {
     ttl: Option<u64>,
     expires_at: Option<Millis>,
     session: Option<SessionId>,
-    origin: Option<Arc<Value>>,
+    origin: Option<Origin>,
     outcome: Option<Outcome>,
     extra: Option<Box<Extra<W>>>,
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::model::{InputRequests, Outcome, SessionId, TaskId, TaskStatus, Timestamp};
+use crate::model::{InputRequests, Origin, Outcome, SessionId, TaskId, TaskStatus, Timestamp};
 
 /// One task's durable state.
 #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
@@ -37,7 +37,7 @@ pub struct TaskRecord {
     /// The originating request; written with the task's first record only (later records
     /// leave it out and recovery keeps the first one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub origin: Option<Arc<Value>>,
+    pub origin: Option<Origin>,
     /// The stored outcome.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<OutcomeRecord>,
