@@ -83,6 +83,12 @@ const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// ms on the wire) would leave a task unpolled, and its stuck detector idle, for as long
 /// as it says.
 pub const DEFAULT_MAX_POLL_INTERVAL: Duration = Duration::from_secs(60);
+/// The most `tools/list` pages the client follows before it takes the listing for one that
+/// never ends ([`ClientError::Protocol`]).
+pub const MAX_TOOL_PAGES: usize = 1000;
+/// The most tools the client accepts from one `tools/list` listing, all pages together,
+/// before it fails with [`ClientError::Protocol`] rather than hold them all.
+pub const MAX_TOOLS: usize = 100_000;
 /// How long a request waits for its answer unless configured otherwise (the TypeScript
 /// SDK's default too).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -634,6 +640,10 @@ impl Client {
 
     /// Lists the server's tools (every page), and remembers each tool's
     /// `execution.taskSupport` for [`call_tool`](Self::call_tool).
+    ///
+    /// A listing that does not end fails with [`ClientError::Protocol`]: a `nextCursor`
+    /// that repeats one already followed (the pages would go round for ever), or more
+    /// than [`MAX_TOOL_PAGES`] pages or [`MAX_TOOLS`] tools.
     pub fn list_tools(&self) -> Result<Vec<Value>, ClientError> {
         self.list_tools_until(None)
             .map(|tools| tools.expect("no deadline to miss"))
@@ -649,7 +659,10 @@ impl Client {
         let generation = self.inner.shared.tools_generation();
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
-        loop {
+        // The cursors followed so far: a server that hands one out again would have the
+        // client list (and keep) the same pages for ever.
+        let mut followed = HashSet::new();
+        for page_number in 1.. {
             let params = match &cursor {
                 Some(cursor) => json!({ "cursor": cursor }),
                 None => json!({}),
@@ -660,14 +673,27 @@ impl Client {
             let listed = page.get("tools").and_then(Value::as_array).ok_or_else(|| {
                 ClientError::Protocol(format!("tools/list without tools: {page}"))
             })?;
-            tools.extend(listed.iter().cloned());
-            cursor = page
-                .get("nextCursor")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            if cursor.is_none() {
-                break;
+            if tools.len() + listed.len() > MAX_TOOLS {
+                return Err(ClientError::Protocol(format!(
+                    "tools/list lists more than {MAX_TOOLS} tools"
+                )));
             }
+            tools.extend(listed.iter().cloned());
+            let Some(next) = page.get("nextCursor").and_then(Value::as_str) else {
+                break;
+            };
+            if !followed.insert(next.to_owned()) {
+                return Err(ClientError::Protocol(format!(
+                    "tools/list gave cursor {next:?} again (page {page_number}): its pages \
+                     would never end"
+                )));
+            }
+            if page_number >= MAX_TOOL_PAGES {
+                return Err(ClientError::Protocol(format!(
+                    "tools/list has more than {MAX_TOOL_PAGES} pages"
+                )));
+            }
+            cursor = Some(next.to_owned());
         }
         let support = tools
             .iter()

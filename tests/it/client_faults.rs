@@ -790,3 +790,63 @@ fn the_tools_are_listed_again_after_the_server_says_they_changed() {
     assert_eq!(result.unwrap()["augmented"], true, "{:?}", methods(&log));
     assert_eq!(count(&log, "tools/list"), 2);
 }
+
+/// A `tools/list` page listing `work` (task support optional), with `cursor` as its
+/// `nextCursor`.
+fn tool_page(cursor: &str) -> Act {
+    Act::Answer(json!({
+        "tools": [{"name": "work", "inputSchema": {"type": "object"},
+                   "execution": {"taskSupport": "optional"}}],
+        "nextCursor": cursor
+    }))
+}
+
+#[test]
+fn a_tools_list_cursor_that_repeats_fails_the_call_instead_of_listing_for_ever() {
+    let mut pages = 0;
+    let (stream, log) = scripted(move |method, params| match method {
+        "initialize" => initialized("2025-11-25"),
+        // Page 1 leads to "c1", which leads to "c2", which leads back to "c1".
+        "tools/list" => {
+            pages += 1;
+            assert!(
+                pages <= 10,
+                "the client keeps listing: page {pages}, {params}"
+            );
+            tool_page(if params["cursor"] == "c1" { "c2" } else { "c1" })
+        }
+        "tools/call" => Act::Answer(done()),
+        _ => Act::Ignore,
+    });
+    let error = call_work(Client::builder(), stream).unwrap_err();
+    assert!(
+        matches!(&error, ClientError::Protocol(what) if what.contains("\"c1\"")),
+        "{error}"
+    );
+    assert_eq!(count(&log, "tools/list"), 3, "{:?}", methods(&log));
+    assert_eq!(count(&log, "tools/call"), 0, "{:?}", methods(&log));
+}
+
+#[test]
+fn a_tools_list_that_never_ends_stops_at_the_page_limit() {
+    let mut pages = 0;
+    let (stream, log) = scripted(move |method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        // A fresh cursor every time, for ever.
+        "tools/list" => {
+            pages += 1;
+            tool_page(&format!("c{pages}"))
+        }
+        _ => Act::Ignore,
+    });
+    let client = connect(Client::builder(), stream).unwrap();
+    let error = within(Duration::from_secs(30), move || client.list_tools()).unwrap_err();
+    assert!(
+        matches!(&error, ClientError::Protocol(what) if what.contains("pages")),
+        "{error}"
+    );
+    assert_eq!(
+        count(&log, "tools/list"),
+        mcp_task_store::client::MAX_TOOL_PAGES
+    );
+}
