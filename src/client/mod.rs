@@ -1124,6 +1124,12 @@ impl Client {
             task = polled.task;
             follow.polls += 1;
             follow.report(&task);
+            if task.status == TaskStatus::Cancelled {
+                // A cancelled task has no result to wait for (what `tasks/result` answers
+                // for one is not defined, and a server may never answer it): the call ends
+                // here, and the held one is forgotten.
+                return settle_2025(task, Ok(Value::Null));
+            }
             if task.status.is_terminal() {
                 // The held tasks/result answers now: wait for it, but no longer than a
                 // request may take (and not past the deadline). If it ended early, a new
@@ -1415,7 +1421,8 @@ fn sleep_until(wake: Instant) {
 
 /// The outcome of a 2025-11-25 call whose task ended `task.status`, given its
 /// `tasks/result` answer: a `failed` task's result (`isError`) or JSON-RPC error becomes
-/// [`ClientError::TaskFailed`].
+/// [`ClientError::TaskFailed`]; a `cancelled` task is [`ClientError::TaskCancelled`]
+/// whatever the answer (no `tasks/result` needs waiting for then).
 fn settle_2025(task: TaskInfo, outcome: Result<Value, ClientError>) -> Result<Value, ClientError> {
     match (task.status, outcome) {
         (TaskStatus::Cancelled, _) => Err(ClientError::TaskCancelled {

@@ -850,3 +850,22 @@ fn a_tools_list_that_never_ends_stops_at_the_page_limit() {
         mcp_task_store::client::MAX_TOOL_PAGES
     );
 }
+
+#[test]
+fn a_task_seen_cancelled_ends_the_call_without_waiting_for_tasks_result() {
+    let (stream, log) = scripted(|method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        "tools/list" => tool_list("required"),
+        "tools/call" => Act::Answer(json!({"task": task("working")})),
+        "tasks/get" => Act::Answer(task("cancelled")),
+        // What tasks/result answers for a cancelled task is not defined: this server
+        // never answers it. (The default request timeout, 60 s, is past the hang bound.)
+        _ => Act::Ignore,
+    });
+    let error = call_work(Client::builder(), stream).unwrap_err();
+    assert!(
+        matches!(&error, ClientError::TaskCancelled { task } if task.task_id == "t1"),
+        "{error}"
+    );
+    assert_eq!(count(&log, "tasks/result"), 1, "{:?}", methods(&log));
+}
