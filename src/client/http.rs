@@ -1,7 +1,9 @@
 //! A small plain-HTTP/1.1 client for Streamable HTTP (`http://` only, no TLS): one
 //! connection per request (`Connection: close`), bodies with `Content-Length`, chunked
 //! encoding or read to the end, and `text/event-stream` bodies read event by event, which
-//! serves both SSE answers to a POST and the 2025-11-25 `GET` event stream.
+//! serves both SSE answers to a POST and the 2025-11-25 `GET` event stream. A POST's
+//! response answers only the request it carried: a response there to another request is
+//! dropped (server requests and notifications on it are handled as anywhere else).
 //!
 //! No thread waits on a server for good: a connection that makes no progress for
 //! [`IDLE_TIMEOUT`] fails its exchange (event streams and `tasks/result` excepted, which may
@@ -600,17 +602,24 @@ fn read_events_resuming(
     }
 }
 
-/// The first JSON-RPC response a POST's answer carries, as a JSON body or in its event
-/// stream (for an exchange the client runs itself, outside the request table).
-fn read_response(response: HttpResponse) -> io::Result<Response> {
+/// The JSON-RPC response to request `id` a POST's answer carries, as a JSON body or in its
+/// event stream (for an exchange the client runs itself, outside the request table).
+/// Responses there to other requests are dropped, as [`Inner::answer`] drops them; an
+/// error under another id in a JSON body still answers `id`.
+fn read_response(response: HttpResponse, id: &RequestId) -> io::Result<Response> {
     let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
     if response.is_event_stream() {
         response.wait_for_events()?;
         let mut body = response.body;
         let mut found = None;
         read_events(&mut body, |data| {
-            if let Ok(Message::Response(r)) = jsonrpc::parse_message(data) {
-                found = Some(r);
+            match jsonrpc::parse_message(data) {
+                Ok(Message::Response(r)) if &r.id == id => found = Some(r),
+                Ok(Message::Response(r)) => log::warn!(
+                    "mcp client: the answer to request {id} carried a response to {}; dropped",
+                    r.id
+                ),
+                _ => {}
             }
             found.is_none()
         })?;
@@ -619,9 +628,9 @@ fn read_response(response: HttpResponse) -> io::Result<Response> {
     let status = response.status;
     let text = response.text()?;
     match jsonrpc::parse_message(&text) {
-        Ok(Message::Response(r)) => Ok(r),
+        Ok(Message::Response(r)) if &r.id == id || r.outcome.is_err() => Ok(r),
         _ => Err(invalid(format!(
-            "HTTP {status} without a JSON-RPC response: {text}"
+            "HTTP {status} without a JSON-RPC response to request {id}: {text}"
         ))),
     }
 }
@@ -872,13 +881,15 @@ impl Inner {
         };
         static RENEWALS: AtomicUsize = AtomicUsize::new(0);
         let n = RENEWALS.fetch_add(1, Ordering::Relaxed);
-        initialize["id"] = Value::String(format!("session-renewal-{n}"));
+        let renewal = format!("session-renewal-{n}");
+        initialize["id"] = Value::String(renewal.clone());
+        let renewal_id = RequestId::String(renewal);
         // The forgotten session stays current until the new one exists: requests sent
         // meanwhile meet the same 404 and wait here for the renewal, rather than going
         // out without a session.
         let response = self.post(&initialize)?;
         let session = response.header("Mcp-Session-Id").map(str::to_owned);
-        let answer = read_response(response).map_err(|e| self.io_error(e))?;
+        let answer = read_response(response, &renewal_id).map_err(|e| self.io_error(e))?;
         self.note_version(&answer);
         if let Err(error) = answer.outcome {
             return Err(ClientError::Rpc(error));
@@ -906,8 +917,10 @@ impl Inner {
         Ok(())
     }
 
-    /// Reads the answer to request `id` from `response`, routing everything else it
-    /// carries (an SSE answer may bring server requests first).
+    /// Reads the answer to request `id` from `response`, routing the server requests and
+    /// notifications it carries (an SSE answer may bring server requests first). A POST's
+    /// response answers only the request it carried: a response there under another id
+    /// is dropped (an error under another id, as a proxy may send, answers `id`).
     fn answer(
         &self,
         id: &RequestId,
@@ -921,16 +934,23 @@ impl Inner {
             let mut body = response.body;
             let mut answered = false;
             read_events(&mut body, |data| {
-                let message = jsonrpc::parse_message(data);
-                if let Ok(Message::Response(r)) = &message {
-                    if &r.id == id {
+                match jsonrpc::parse_message(data) {
+                    Ok(Message::Response(r)) if &r.id == id => {
                         answered = true;
                         if initialize {
-                            self.note_version(r);
+                            self.note_version(&r);
                         }
+                        self.shared
+                            .incoming_from(Message::Response(r), session.as_deref());
                     }
-                }
-                match message {
+                    // Only this POST's request is answered on its response: another id
+                    // is a broken server's (or a proxy's mix-up), and must not complete
+                    // a request still waiting for its own answer.
+                    Ok(Message::Response(r)) => log::warn!(
+                        "mcp client: the answer to request {id} carried a response to {}; \
+                         dropped",
+                        r.id
+                    ),
                     Ok(message) => self.shared.incoming_from(message, session.as_deref()),
                     Err(rejected) => log::warn!("mcp client: bad event: {}", rejected.error),
                 }
@@ -980,6 +1000,15 @@ impl Inner {
             })) => {
                 self.shared.complete(id, Err(ClientError::Rpc(error)));
                 Ok(())
+            }
+            // A success under another id answers nothing: no other request's answer
+            // comes on this POST's response.
+            Ok(Message::Response(response)) => {
+                log::warn!(
+                    "mcp client: the answer to request {id} carried a response to {}; dropped",
+                    response.id
+                );
+                Err(no_answer(text))
             }
             Ok(message) => {
                 self.shared.incoming_from(message, session.as_deref());

@@ -869,3 +869,178 @@ fn a_task_seen_cancelled_ends_the_call_without_waiting_for_tasks_result() {
     );
     assert_eq!(count(&log, "tasks/result"), 1, "{:?}", methods(&log));
 }
+
+/// The client against scripted Streamable HTTP servers: raw TCP, one thread per
+/// connection, answering each request as the test says.
+#[cfg(feature = "http")]
+mod over_http {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
+
+    use mcp_task_store::client::{Client, ClientError};
+    use serde_json::{json, Value};
+
+    use super::within;
+
+    /// One request as the server read it.
+    struct Req {
+        method: String,
+        body: Value,
+    }
+
+    impl Req {
+        /// The JSON-RPC method, if the body is a request or a notification.
+        fn rpc(&self) -> Option<&str> {
+            self.body["method"].as_str()
+        }
+    }
+
+    /// Serves every connection on a thread of its own with `serve`; returns the URL.
+    fn http_server(serve: impl Fn(&Req, &mut TcpStream) + Send + Sync + 'static) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let serve = std::sync::Arc::new(serve);
+        std::thread::spawn(move || {
+            for connection in listener.incoming() {
+                let Ok(mut connection) = connection else {
+                    return;
+                };
+                let serve = serve.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(connection.try_clone().unwrap());
+                    let mut first = String::new();
+                    if reader.read_line(&mut first).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut length = 0;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some((name, value)) = line.split_once(':') {
+                            if name.eq_ignore_ascii_case("content-length") {
+                                length = value.trim().parse().unwrap();
+                            }
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let request = Req {
+                        method: first.split(' ').next().unwrap().to_owned(),
+                        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+                    };
+                    serve(&request, &mut connection);
+                });
+            }
+        });
+        url
+    }
+
+    fn json_reply(connection: &mut TcpStream, body: &Value, extra_headers: &str) {
+        let body = body.to_string();
+        let _ = write!(
+            connection,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+             {extra_headers}\r\n{body}",
+            body.len()
+        );
+    }
+
+    /// An event stream carrying `messages`, then ended.
+    fn events_reply(connection: &mut TcpStream, messages: &[Value]) {
+        let mut reply =
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+                .to_owned();
+        for message in messages {
+            reply.push_str(&format!("data: {message}\n\n"));
+        }
+        let _ = connection.write_all(reply.as_bytes());
+    }
+
+    fn empty(connection: &mut TcpStream, status: &str) {
+        let _ = write!(connection, "HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+    }
+
+    /// Holds the connection open, silent, until the client closes it (or `limit` passes).
+    fn hold(connection: &mut TcpStream, limit: Duration) {
+        connection.set_read_timeout(Some(limit)).unwrap();
+        let _ = connection.read_to_end(&mut Vec::new());
+    }
+
+    /// The answer to `initialize`, starting session `session`.
+    fn initialize_answer(request: &Req, connection: &mut TcpStream, session: &str) {
+        json_reply(
+            connection,
+            &json!({"jsonrpc": "2.0", "id": request.body["id"], "result": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "serverInfo": {"name": "scripted", "version": "0"}}}),
+            &format!("Mcp-Session-Id: {session}\r\n"),
+        );
+    }
+
+    /// What every scripted server does with the session's plumbing: `true` if `request`
+    /// was one of it (and answered).
+    fn plumbing(request: &Req, connection: &mut TcpStream) -> bool {
+        match (request.method.as_str(), request.rpc()) {
+            ("GET", _) => empty(connection, "405 Method Not Allowed"),
+            ("DELETE", _) => empty(connection, "200 OK"),
+            (_, Some("initialize")) => initialize_answer(request, connection, "s1"),
+            (_, Some("notifications/initialized")) => empty(connection, "202 Accepted"),
+            _ => return false,
+        }
+        true
+    }
+
+    #[test]
+    fn a_response_on_one_posts_answer_never_completes_another_request() {
+        for stream in [false, true] {
+            let (cancel_tx, cancel_id) = crossbeam_channel::bounded(1);
+            let url = http_server(move |request, connection| {
+                if plumbing(request, connection) {
+                    return;
+                }
+                match request.rpc() {
+                    Some("tasks/cancel") => {
+                        let _ = cancel_tx.send(request.body["id"].clone());
+                        hold(connection, Duration::from_secs(10));
+                    }
+                    // A broken server (or a proxy mixing connections up) answers ping with
+                    // the id of the other request in flight, which the test passes in.
+                    Some("ping") => {
+                        let answer = json!({"jsonrpc": "2.0", "id": request.body["params"]["as"],
+                            "result": {"taskId": "t1", "status": "cancelled"}});
+                        if stream {
+                            events_reply(connection, &[answer]);
+                        } else {
+                            json_reply(connection, &answer, "");
+                        }
+                    }
+                    _ => hold(connection, Duration::from_secs(10)),
+                }
+            });
+            let client = Client::builder()
+                .request_timeout(Duration::from_secs(1))
+                .connect_http(&url)
+                .unwrap();
+            let canceller = client.clone();
+            let cancel = std::thread::spawn(move || {
+                canceller.request("tasks/cancel", json!({"taskId": "t1"}))
+            });
+            let id = cancel_id.recv_timeout(Duration::from_secs(10)).unwrap();
+            let ping = client.request("ping", json!({ "as": id }));
+            assert!(ping.is_err(), "stream {stream}: {ping:?}");
+            let cancel = within(Duration::from_secs(10), move || cancel.join().unwrap());
+            assert!(
+                matches!(cancel, Err(ClientError::Timeout { .. })),
+                "stream {stream}: tasks/cancel, never answered, got ping's answer: {cancel:?}"
+            );
+        }
+    }
+}
