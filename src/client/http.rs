@@ -2061,7 +2061,6 @@ mod tests {
                 Ok(Work::Request(request)) => {
                     assert_eq!(request.id, RequestId::String((*id).into()))
                 }
-                Ok(Work::Stop) => panic!("stop"),
                 Err(_) => panic!("{id} never arrived: {why}"),
             }
         }
@@ -2354,7 +2353,6 @@ mod tests {
         assert_eq!(answer.unwrap()["late"], true);
         match jobs.recv_timeout(Duration::from_secs(5)) {
             Ok(Work::Request(request)) => assert_eq!(request.method, "ping"),
-            Ok(Work::Stop) => panic!("stop"),
             Err(_) => panic!("the server's request on the event stream never arrived"),
         }
         transport.shutdown();

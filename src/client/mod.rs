@@ -62,6 +62,7 @@ use crate::protocol::meta::{CLIENT_CAPABILITIES_KEY, PROTOCOL_VERSION_KEY, TASKS
 pub use crate::protocol::Revision;
 use crate::protocol::{sep2663, v2025};
 pub use crate::server::TaskSupport;
+pub use transport::MAX_QUEUED_SERVER_REQUESTS;
 use transport::{Handler, Handlers, LineTransport, Pending, Shared, Transport};
 
 /// Consecutive `input_required` polls without a new input request before a task counts as
@@ -202,7 +203,9 @@ impl ClientBuilder {
     /// Answers the server's `elicitation/create` requests. The handler gets the request
     /// (its params are the elicitation) and returns the `ElicitResult`
     /// (`{"action": "accept", "content": {...}}`). Registering it declares the
-    /// `elicitation` capability.
+    /// `elicitation` capability. The handlers answer one server request at a time; one
+    /// that finds [`MAX_QUEUED_SERVER_REQUESTS`] already waiting is refused at once
+    /// (JSON-RPC error -32603, "client busy").
     pub fn on_elicitation(
         mut self,
         handler: impl Fn(&InputRequest) -> Result<Value, RpcError> + Send + Sync + 'static,

@@ -15,7 +15,9 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use super::{ClientError, InputRequest};
-use crate::protocol::jsonrpc::{self, Message, Request, RequestId, Response, RpcError};
+use crate::protocol::jsonrpc::{
+    self, Message, Request, RequestId, Response, RpcError, INTERNAL_ERROR,
+};
 use crate::protocol::lines::{read_line, Line};
 use crate::protocol::v2025::{with_related_task_id, RELATED_TASK};
 
@@ -58,8 +60,6 @@ struct State {
 pub(crate) enum Work {
     /// Answer a server request.
     Request(Request),
-    /// Stop (the client is being dropped).
-    Stop,
 }
 
 /// Server input requests seen for one task (2025-11-25, where they arrive as requests).
@@ -71,11 +71,29 @@ pub(crate) struct TaskInputs {
     pub(crate) in_flight: u32,
 }
 
+/// Server requests (`elicitation/create`, `sampling/createMessage`, `ping`) that may wait
+/// for the client's handlers, which answer one at a time and may take as long as a human
+/// does, before the next ones are refused at once with a JSON-RPC error -32603 ("client
+/// busy"): a server must not make the client hold its requests without bound.
+pub const MAX_QUEUED_SERVER_REQUESTS: usize = 1024;
+
+/// "Client busy" answers that may wait to be sent before the next refused requests are
+/// dropped without one (a server sending requests faster than the answers can go).
+const MAX_QUEUED_REFUSALS: usize = 256;
+
 /// State shared by the client, its transport's reader threads and its dispatcher.
 pub(crate) struct Shared {
     state: Mutex<State>,
     next_id: AtomicI64,
+    /// Server requests for the dispatcher ([`MAX_QUEUED_SERVER_REQUESTS`] at most).
     work: Sender<Work>,
+    /// "Client busy" answers to requests the dispatcher had no room for, for the thread
+    /// that sends them ([`MAX_QUEUED_REFUSALS`] at most).
+    refusals: Sender<Value>,
+    refusals_out: Receiver<Value>,
+    /// Dropped to stop the dispatcher and the refusals' sender: `stopped` disconnects.
+    stop: Mutex<Option<Sender<()>>>,
+    stopped: Receiver<()>,
     inputs: Mutex<Inputs>,
     /// How many `notifications/tools/list_changed` the server sent: a tool list fetched
     /// under an older count may be out of date.
@@ -134,7 +152,9 @@ impl Inputs {
 
 impl Shared {
     pub(crate) fn new() -> (Arc<Shared>, Receiver<Work>) {
-        let (work, jobs) = crossbeam_channel::unbounded();
+        let (work, jobs) = crossbeam_channel::bounded(MAX_QUEUED_SERVER_REQUESTS);
+        let (refusals, refusals_out) = crossbeam_channel::bounded(MAX_QUEUED_REFUSALS);
+        let (stop, stopped) = crossbeam_channel::bounded(0);
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 pending: HashMap::new(),
@@ -142,6 +162,10 @@ impl Shared {
             }),
             next_id: AtomicI64::new(1),
             work,
+            refusals,
+            refusals_out,
+            stop: Mutex::new(Some(stop)),
+            stopped,
             inputs: Mutex::new(Inputs::default()),
             tools_generation: AtomicU64::new(0),
         });
@@ -186,14 +210,17 @@ impl Shared {
     /// notifications, `notifications/tools/list_changed` marks the tools the client knows
     /// as stale, the others are only logged. A request from a session a renewal replaced
     /// is dropped: that session and its tasks are gone, and its request ids could repeat
-    /// the new session's.
+    /// the new session's. A request that finds [`MAX_QUEUED_SERVER_REQUESTS`] already
+    /// waiting for the dispatcher is refused ("client busy", sent by a thread of its own:
+    /// the reader calling this never blocks), and counts neither as seen nor in flight for
+    /// its task.
     pub(crate) fn incoming_from(&self, message: Message, session: Option<&str>) {
         match message {
             Message::Response(Response { id, outcome }) => {
                 self.complete(&id, outcome.map_err(ClientError::Rpc))
             }
             Message::Request(request) => {
-                {
+                let refused = {
                     let mut inputs = self.inputs.lock();
                     let forgotten = match (&inputs.renewed_session, session) {
                         (Some(current), Some(from)) => current != from,
@@ -210,13 +237,29 @@ impl Shared {
                         log::debug!("mcp client: request {} arrived again; ignored", request.id);
                         return;
                     }
-                    if let Some(task) = related_task(request.params.as_ref()) {
-                        let entry = inputs.task(task);
+                    let task = related_task(request.params.as_ref());
+                    if let Some(task) = &task {
+                        let entry = inputs.task(task.clone());
                         entry.seen += 1;
                         entry.in_flight += 1;
                     }
+                    // Queued under the `inputs` lock (`try_send` never blocks): the
+                    // dispatcher's `input_done` for it cannot come before the count.
+                    let refused = match self.work.try_send(Work::Request(request)) {
+                        Ok(()) => return,
+                        Err(TrySendError::Full(Work::Request(request))) => Some(request),
+                        // The dispatcher stopped: the client is going away.
+                        Err(TrySendError::Disconnected(_)) => None,
+                    };
+                    if let Some(entry) = task.and_then(|t| inputs.per_task.get_mut(&t)) {
+                        entry.seen = entry.seen.saturating_sub(1);
+                        entry.in_flight = entry.in_flight.saturating_sub(1);
+                    }
+                    refused
+                };
+                if let Some(request) = refused {
+                    self.refuse(&request);
                 }
-                let _ = self.work.send(Work::Request(request));
             }
             Message::Notification(notification) => {
                 log::debug!("mcp client: notification {}", notification.method);
@@ -224,6 +267,32 @@ impl Shared {
                     self.tools_generation.fetch_add(1, Ordering::SeqCst);
                 }
             }
+        }
+    }
+
+    /// Answers a server request the dispatcher has no room for with "client busy", through
+    /// the refusals' thread; drops it (with a warning) if that has no room either.
+    fn refuse(&self, request: &Request) {
+        let error = RpcError::new(
+            INTERNAL_ERROR,
+            format!(
+                "client busy: {MAX_QUEUED_SERVER_REQUESTS} server requests already wait for \
+                 an answer"
+            ),
+        );
+        let answer = jsonrpc::error_response(Some(&request.id), &error);
+        if self.refusals.try_send(answer).is_err() {
+            log::warn!(
+                "mcp client: too many server requests at once; {} {} dropped unanswered",
+                request.method,
+                request.id
+            );
+        } else {
+            log::debug!(
+                "mcp client: too many server requests at once; {} {} refused",
+                request.method,
+                request.id
+            );
         }
     }
 
@@ -295,9 +364,10 @@ impl Shared {
         }
     }
 
-    /// Asks the dispatcher to stop.
+    /// Stops the dispatcher (once its handler, if one runs, returns) and the refusals'
+    /// sender; server requests still queued go unanswered (the client is going away).
     pub(crate) fn stop_dispatcher(&self) {
-        let _ = self.work.send(Work::Stop);
+        drop(self.stop.lock().take());
     }
 }
 
@@ -328,18 +398,42 @@ pub(crate) trait Transport: Send + Sync {
 }
 
 /// Starts the thread that answers the server's requests through the handlers (each request
-/// id once: [`Shared::incoming_from`] drops repeats).
+/// id once: [`Shared::incoming_from`] drops repeats), and the one that sends the "client
+/// busy" answers to those it had no room for.
 pub(crate) fn start_dispatcher(
     jobs: Receiver<Work>,
     shared: Arc<Shared>,
     transport: Arc<dyn Transport>,
     handlers: Handlers,
 ) -> std::io::Result<()> {
+    let (refusals, stopped, refusing) = (
+        shared.refusals_out.clone(),
+        shared.stopped.clone(),
+        transport.clone(),
+    );
+    std::thread::Builder::new()
+        .name("mcp-client-refuse".into())
+        .spawn(move || loop {
+            crossbeam_channel::select! {
+                recv(refusals) -> answer => {
+                    let Ok(answer) = answer else { return };
+                    if let Err(error) = refusing.send(answer) {
+                        log::info!("mcp client: cannot refuse a server request: {error}");
+                    }
+                }
+                recv(stopped) -> _ => return,
+            }
+        })?;
+    let stopped = shared.stopped.clone();
     std::thread::Builder::new()
         .name("mcp-client-dispatch".into())
-        .spawn(move || {
-            for work in jobs {
-                let Work::Request(Request { id, method, params }) = work else {
+        .spawn(move || loop {
+            let work = crossbeam_channel::select! {
+                recv(jobs) -> work => work,
+                recv(stopped) -> _ => return,
+            };
+            {
+                let Ok(Work::Request(Request { id, method, params })) = work else {
                     return;
                 };
                 let task_id = related_task(params.as_ref());
@@ -548,6 +642,35 @@ mod tests {
     }
 
     #[test]
+    fn requests_beyond_the_queue_are_refused_and_not_counted_for_their_task() {
+        let (shared, jobs) = Shared::new();
+        let extra = 5;
+        for id in 0..(MAX_QUEUED_SERVER_REQUESTS + extra) as i64 {
+            shared.incoming_from(request(id, "t"), None);
+        }
+        assert_eq!(jobs.len(), MAX_QUEUED_SERVER_REQUESTS);
+        let queued = MAX_QUEUED_SERVER_REQUESTS as u64;
+        assert_eq!(
+            shared.task_inputs("t"),
+            TaskInputs {
+                seen: queued,
+                in_flight: queued as u32
+            }
+        );
+        let refusals: Vec<Value> = shared.refusals_out.try_iter().collect();
+        assert_eq!(refusals.len(), extra);
+        assert_eq!(refusals[0]["id"], MAX_QUEUED_SERVER_REQUESTS);
+        assert_eq!(refusals[0]["error"]["code"], INTERNAL_ERROR);
+        // Once the dispatcher made room, the next one is queued again.
+        drop(jobs.recv());
+        shared.input_done("t");
+        shared.incoming_from(request(-1, "t"), None);
+        assert_eq!(jobs.len(), MAX_QUEUED_SERVER_REQUESTS);
+        assert!(shared.refusals_out.is_empty());
+        assert_eq!(shared.task_inputs("t").in_flight, queued as u32);
+    }
+
+    #[test]
     fn repeats_are_dropped_and_only_the_latest_ids_are_remembered() {
         let (shared, jobs) = Shared::new();
         shared.incoming_from(request(1, "t"), None);
@@ -555,6 +678,8 @@ mod tests {
         assert_eq!(jobs.try_iter().count(), 1, "a repeat is dispatched once");
         for id in 2..=(3 * REMEMBERED as i64) {
             shared.incoming_from(request(id, &format!("t{id}")), None);
+            // Taken by a dispatcher that never answers.
+            drop(jobs.try_recv());
         }
         let inputs = shared.inputs.lock();
         assert!(inputs.seen.len() <= REMEMBERED && inputs.seen_order.len() <= REMEMBERED);
@@ -588,10 +713,11 @@ mod tests {
 
     #[test]
     fn input_counts_of_finished_tasks_do_not_pile_up() {
-        let (shared, _jobs) = Shared::new();
+        let (shared, jobs) = Shared::new();
         for id in 0..(3 * REMEMBERED as i64) {
             let task = format!("t{id}");
             shared.incoming_from(request(id, &task), None);
+            drop(jobs.try_recv());
             shared.input_done(&task);
         }
         assert!(shared.inputs.lock().per_task.len() <= REMEMBERED);

@@ -870,6 +870,66 @@ fn a_task_seen_cancelled_ends_the_call_without_waiting_for_tasks_result() {
     assert_eq!(count(&log, "tasks/result"), 1, "{:?}", methods(&log));
 }
 
+#[test]
+fn server_requests_beyond_what_the_handlers_can_take_are_refused_at_once() {
+    use mcp_task_store::client::MAX_QUEUED_SERVER_REQUESTS;
+    let extra = 100;
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    // Answers initialize, sends more elicitations than the client can hold, then collects
+    // the "client busy" answers the client sends while its handler is still busy.
+    let server = std::thread::spawn(move || {
+        theirs
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut out = std::io::BufWriter::new(theirs.try_clone().unwrap());
+        let mut lines = BufReader::new(theirs).lines();
+        let init: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        let result = json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                            "serverInfo": {"name": "flood", "version": "0"}});
+        writeln!(
+            out,
+            "{}",
+            json!({"jsonrpc": "2.0", "id": init["id"], "result": result})
+        )
+        .unwrap();
+        for n in 0..MAX_QUEUED_SERVER_REQUESTS + 1 + extra {
+            let mut request = elicitation_e1();
+            request["id"] = json!(format!("e{n}"));
+            writeln!(out, "{request}").unwrap();
+        }
+        out.flush().unwrap();
+        let mut busy = Vec::new();
+        while busy.len() < extra {
+            // A read timeout (no refusal within 10 s) fails the test here.
+            let message: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+            if message.get("error").is_some() {
+                busy.push(message);
+            }
+        }
+        busy
+    });
+    let (release_tx, release) = crossbeam_channel::bounded::<()>(0);
+    let builder = Client::builder().on_elicitation(move |_| {
+        // A human who takes their time (until the test ends).
+        let _ = release.recv_timeout(Duration::from_secs(30));
+        Ok(json!({"action": "decline"}))
+    });
+    let client = connect(builder, ours).unwrap();
+    let busy = within(Duration::from_secs(20), move || server.join());
+    let busy = busy.expect("the client refused too few of the flood's requests in time");
+    for refusal in &busy {
+        assert_eq!(refusal["error"]["code"], -32603, "{refusal}");
+        assert!(
+            refusal["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("client busy")),
+            "{refusal}"
+        );
+    }
+    drop(release_tx);
+    drop(client);
+}
+
 /// The client against scripted Streamable HTTP servers: raw TCP, one thread per
 /// connection, answering each request as the test says.
 #[cfg(feature = "http")]
