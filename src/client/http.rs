@@ -52,8 +52,9 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// with it. A server that sends keep-alives (ours does every 15 s) never comes close.
 const STREAM_SILENCE: Duration = Duration::from_secs(300);
 
-/// Connect, read and write limit of the `DELETE` that ends a session: it is sent while the
-/// client is dropped, which must not hang on a server that never answers it.
+/// Connect, read and write limit of the `DELETE` that ends a session, and of the whole
+/// exchange: it is sent while the client is dropped, which must not hang on a server that
+/// never answers it (or trickles its answer).
 const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long the client waits before it opens the `GET` stream again after a healthy stream
@@ -277,6 +278,10 @@ struct Link<'a> {
     /// Read and write timeout of the connection (see [`IDLE_TIMEOUT`]); `None` waits as
     /// long as the server takes.
     idle: Option<Duration>,
+    /// When the whole exchange (connecting, sending, reading the head and whatever of the
+    /// body is read) must be over, however steadily the server trickles; `None`: no such
+    /// bound.
+    deadline: Option<Instant>,
     /// Where the connection is kept while the exchange is under way.
     open: Option<&'a Arc<OpenConnections>>,
 }
@@ -367,6 +372,75 @@ fn name_header(value: &str) -> Option<String> {
     (header.len() <= MAX_NAME_HEADER).then_some(header)
 }
 
+/// A connection whose reads and writes end by a deadline (see [`Link::deadline`]): each
+/// one gets the idle limit, cut to what is left until then.
+struct Bounded {
+    stream: TcpStream,
+    idle: Option<Duration>,
+    /// The deadline, and how long the exchange had in all (for the error).
+    deadline: Option<(Instant, Duration)>,
+}
+
+impl Bounded {
+    /// Sets the timeout of the next read (or write) by the deadline; an error once it
+    /// passed.
+    fn arm(&self, read: bool) -> io::Result<()> {
+        let Some((deadline, total)) = self.deadline else {
+            return Ok(());
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the exchange was not over within {total:?}"),
+            ));
+        }
+        let timeout = Some(self.idle.map_or(left, |idle| idle.min(left)));
+        if read {
+            self.stream.set_read_timeout(timeout)
+        } else {
+            self.stream.set_write_timeout(timeout)
+        }
+    }
+
+    /// `error`, said to be the deadline's if it passed.
+    fn past(&self, error: io::Error) -> io::Error {
+        match self.deadline {
+            Some((deadline, total))
+                if Instant::now() >= deadline
+                    && matches!(
+                        error.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+            {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the exchange was not over within {total:?}"),
+                )
+            }
+            _ => error,
+        }
+    }
+}
+
+impl Read for Bounded {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.arm(true)?;
+        (&self.stream).read(buf).map_err(|e| self.past(e))
+    }
+}
+
+impl Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.arm(false)?;
+        (&self.stream).write(buf).map_err(|e| self.past(e))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        (&self.stream).flush()
+    }
+}
+
 /// Sends one request and reads the response head.
 fn exchange(
     endpoint: &Endpoint,
@@ -383,10 +457,26 @@ fn exchange(
             format!("refusing to send the {name} header: its value holds a control character"),
         ));
     }
-    let mut stream = endpoint.connect(link.connect)?;
+    let started = Instant::now();
+    let connect = match link.deadline {
+        Some(deadline) => link
+            .connect
+            .min(deadline.saturating_duration_since(started))
+            .max(Duration::from_millis(1)),
+        None => link.connect,
+    };
+    let stream = endpoint.connect(connect)?;
     stream.set_read_timeout(link.idle)?;
     stream.set_write_timeout(link.idle)?;
     let open = link.open.map(|open| open.add(&stream)).transpose()?;
+    let socket = stream.try_clone()?;
+    let mut stream = Bounded {
+        stream,
+        idle: link.idle,
+        deadline: link
+            .deadline
+            .map(|deadline| (deadline, deadline.saturating_duration_since(started))),
+    };
     let mut head = format!(
         "{method} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
         endpoint.path, endpoint.authority
@@ -401,13 +491,12 @@ fn exchange(
     stream.write_all(head.as_bytes())?;
     stream.write_all(body)?;
     stream.flush()?;
-    let socket = stream.try_clone()?;
     let mut response = read_head(BufReader::new(stream), socket)?;
     response._open = open;
     Ok(response)
 }
 
-fn read_head(mut reader: BufReader<TcpStream>, socket: TcpStream) -> io::Result<HttpResponse> {
+fn read_head(mut reader: BufReader<Bounded>, socket: TcpStream) -> io::Result<HttpResponse> {
     let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
     let Some(status_line) = line_of(&mut reader, MAX_HEAD_LINE)? else {
         return Err(io::Error::new(
@@ -763,26 +852,36 @@ impl Inner {
     }
 
     /// How a POST of `message` connects: see [`IDLE_TIMEOUT`]. A notification or an
-    /// answer to a server request gets no longer than the request timeout either: nobody
+    /// answer to a server request gets no longer than the request timeout either, for
+    /// the whole exchange (a server trickling its answer does not stretch it): nobody
     /// waits for what comes back, and its sender (the handshake, the dispatcher that
-    /// answers the server's requests one at a time) must not be held by a silent server
-    /// for longer than a request would be.
+    /// answers the server's requests one at a time) must not be held by the server for
+    /// longer than a request would be.
     fn link(&self, message: &Value) -> Link<'_> {
         let method = message.get("method").and_then(Value::as_str);
-        let idle = match method {
+        match method {
             // A `tasks/result` is held until its task ends, however long that is.
-            Some("tasks/result") => None,
-            Some(_) if message.get("id").is_some() => Some(self.idle),
-            // A zero timeout would mean none to the socket.
-            _ => Some(
-                self.idle
-                    .min(self.request_timeout)
-                    .max(Duration::from_millis(1)),
-            ),
-        };
+            Some("tasks/result") => self.link_within(None, None),
+            Some(_) if message.get("id").is_some() => self.link_within(Some(self.idle), None),
+            _ => self.within_request_timeout(),
+        }
+    }
+
+    /// A link whose exchange gets the request timeout in all (see [`Inner::link`]).
+    fn within_request_timeout(&self) -> Link<'_> {
+        // A zero timeout would mean none to the socket.
+        let idle = self
+            .idle
+            .min(self.request_timeout)
+            .max(Duration::from_millis(1));
+        self.link_within(Some(idle), Instant::now().checked_add(self.request_timeout))
+    }
+
+    fn link_within(&self, idle: Option<Duration>, deadline: Option<Instant>) -> Link<'_> {
         Link {
             connect: CONNECT_TIMEOUT,
             idle,
+            deadline,
             open: Some(&self.open),
         }
     }
@@ -790,11 +889,7 @@ impl Inner {
     /// How the `GET` stream connects: silent for long only if the connection is dead
     /// (see [`STREAM_SILENCE`]).
     fn stream_link(&self) -> Link<'_> {
-        Link {
-            connect: CONNECT_TIMEOUT,
-            idle: Some(self.stream_silence),
-            open: Some(&self.open),
-        }
+        self.link_within(Some(self.stream_silence), None)
     }
 
     /// `error` as the client reports it; a timeout says it hit the idle limit.
@@ -814,9 +909,13 @@ impl Inner {
     }
 
     fn post(&self, message: &Value) -> Result<HttpResponse, ClientError> {
+        self.post_with(message, self.link(message))
+    }
+
+    /// [`post`](Self::post) over `link`.
+    fn post_with(&self, message: &Value, link: Link<'_>) -> Result<HttpResponse, ClientError> {
         let body = serde_json::to_vec(message)
             .map_err(|e| ClientError::Protocol(format!("cannot serialise a message: {e}")))?;
-        let link = self.link(message);
         let limit = link.idle.unwrap_or(self.idle);
         let headers = self.headers(message);
         let mut response = exchange(&self.endpoint, "POST", &headers, &body, link)
@@ -1243,19 +1342,23 @@ impl Transport for HttpTransport {
             .map_err(ClientError::Io)
     }
 
+    /// POSTs a notification or an answer: within the request timeout, and done once the
+    /// status says it was accepted. The body of a 2xx (the server should send none, but
+    /// may send an event stream that never ends) is not read: the connection is closed
+    /// (every request says `Connection: close`). An error status's body is read for the
+    /// error, within what is left of the request timeout.
     fn send(&self, message: Value) -> Result<(), ClientError> {
         let response = self.inner.post_in_session(&message)?;
         let status = response.status;
+        if (200..300).contains(&status) {
+            return Ok(());
+        }
         // The body is read with the limit the message was sent with.
         let limit = self.inner.link(&message).idle.unwrap_or(self.inner.idle);
         let text = response
             .text()
             .map_err(|e| self.inner.io_error_after(e, limit))?;
-        if (200..300).contains(&status) {
-            Ok(())
-        } else {
-            Err(ClientError::Http { status, body: text })
-        }
+        Err(ClientError::Http { status, body: text })
     }
 
     fn ready(&self) {
@@ -1286,6 +1389,7 @@ impl Transport for HttpTransport {
             let link = Link {
                 connect: DELETE_TIMEOUT,
                 idle: Some(DELETE_TIMEOUT),
+                deadline: Instant::now().checked_add(DELETE_TIMEOUT),
                 open: None,
             };
             // The status line and head are all we wait for; the body is not read.

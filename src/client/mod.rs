@@ -171,9 +171,10 @@ impl ClientBuilder {
     /// [`Client::call_tool`] holds open while it polls, and
     /// [`Client::get_task_result`], which both wait for the task itself. `Duration::MAX`
     /// waits for ever. Over HTTP it also bounds sending a notification or an answer to a
-    /// server request (which otherwise gets the transport's 300 s idle limit), so a server
-    /// that never acknowledges one holds neither the handshake nor the answering of its
-    /// other requests for long.
+    /// server request, the whole exchange (which otherwise gets the transport's 300 s idle
+    /// limit per read), so a server that never acknowledges one, or trickles its answer,
+    /// holds neither the handshake nor the answering of its other requests for long; the
+    /// body of a 2xx answer to one is not read.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.config.request_timeout = timeout;
         self

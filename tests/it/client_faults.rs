@@ -936,7 +936,8 @@ fn server_requests_beyond_what_the_handlers_can_take_are_refused_at_once() {
 mod over_http {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::net::{TcpListener, TcpStream};
-    use std::time::Duration;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
 
     use mcp_task_store::client::{Client, ClientError};
     use serde_json::{json, Value};
@@ -946,6 +947,8 @@ mod over_http {
     /// One request as the server read it.
     struct Req {
         method: String,
+        /// The `Mcp-Session-Id` the request carried.
+        session: Option<String>,
         body: Value,
     }
 
@@ -974,6 +977,7 @@ mod over_http {
                         return;
                     }
                     let mut length = 0;
+                    let mut session = None;
                     loop {
                         let mut line = String::new();
                         if reader.read_line(&mut line).unwrap_or(0) == 0 {
@@ -986,6 +990,9 @@ mod over_http {
                             if name.eq_ignore_ascii_case("content-length") {
                                 length = value.trim().parse().unwrap();
                             }
+                            if name.eq_ignore_ascii_case("mcp-session-id") {
+                                session = Some(value.trim().to_owned());
+                            }
                         }
                     }
                     let mut body = vec![0; length];
@@ -994,6 +1001,7 @@ mod over_http {
                     }
                     let request = Req {
                         method: first.split(' ').next().unwrap().to_owned(),
+                        session,
                         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
                     };
                     serve(&request, &mut connection);
@@ -1032,6 +1040,28 @@ mod over_http {
     fn hold(connection: &mut TcpStream, limit: Duration) {
         connection.set_read_timeout(Some(limit)).unwrap();
         let _ = connection.read_to_end(&mut Vec::new());
+    }
+
+    /// Opens an event stream and sends an SSE comment every 50 ms, never a message, until
+    /// the client hangs up (`true`) or `limit` passes (`false`).
+    fn trickle(connection: &mut TcpStream, limit: Duration) -> bool {
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n";
+        if connection.write_all(head.as_bytes()).is_err() {
+            return true;
+        }
+        let until = Instant::now() + limit;
+        while Instant::now() < until {
+            if connection.write_all(b": keep-alive\n\n").is_err() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// A 2025-11-25 task `t1` in `status`, polled every 20 ms.
+    fn task(status: &str) -> Value {
+        super::task(status)
     }
 
     /// The answer to `initialize`, starting session `session`.
@@ -1102,5 +1132,79 @@ mod over_http {
                 "stream {stream}: tasks/cancel, never answered, got ping's answer: {cancel:?}"
             );
         }
+    }
+
+    #[test]
+    fn connect_http_is_bounded_by_the_request_timeout_when_the_server_trickles() {
+        let url = http_server(|request, connection| match request.rpc() {
+            // Not 202 as it should be, but an event stream that never ends.
+            Some("notifications/initialized") => {
+                trickle(connection, Duration::from_secs(60));
+            }
+            _ if plumbing(request, connection) => {}
+            _ => hold(connection, Duration::from_secs(60)),
+        });
+        let connected = within(Duration::from_secs(10), move || {
+            Client::builder()
+                .request_timeout(Duration::from_millis(300))
+                .connect_http(&url)
+                .map(|_| ())
+        });
+        connected.unwrap();
+    }
+
+    #[test]
+    fn a_trickled_answer_to_a_server_request_leaves_the_stuck_detector_working() {
+        let url = http_server(|request, connection| {
+            let reply = |connection: &mut TcpStream, result: Value| {
+                let message = json!({"jsonrpc": "2.0", "id": request.body["id"], "result": result});
+                json_reply(connection, &message, "")
+            };
+            match (request.method.as_str(), request.rpc()) {
+                (_, Some("initialize")) => json_reply(
+                    connection,
+                    &json!({"jsonrpc": "2.0", "id": request.body["id"], "result": {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {"tasks": {"requests": {"tools": {"call": {}}}}},
+                        "serverInfo": {"name": "scripted", "version": "0"}}}),
+                    "Mcp-Session-Id: s1\r\n",
+                ),
+                _ if plumbing(request, connection) => {}
+                (_, Some("tools/list")) => reply(
+                    connection,
+                    json!({"tools": [{"name": "work",
+                    "inputSchema": {"type": "object"},
+                    "execution": {"taskSupport": "required"}}]}),
+                ),
+                (_, Some("tools/call")) => reply(connection, json!({"task": task("working")})),
+                (_, Some("tasks/get")) => reply(connection, task("input_required")),
+                (_, Some("tasks/cancel")) => reply(connection, task("cancelled")),
+                (_, Some("tasks/result")) => {
+                    // The elicitation rides on the held tasks/result, which stays open.
+                    let _ = write!(
+                        connection,
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n\
+                         data: {}\n\n",
+                        super::elicitation_e1()
+                    );
+                    hold(connection, Duration::from_secs(60));
+                }
+                // The client's answer to e1: an event stream that never ends.
+                (_, None) => {
+                    trickle(connection, Duration::from_secs(60));
+                }
+                _ => hold(connection, Duration::from_secs(60)),
+            }
+        });
+        let client = Client::builder()
+            .request_timeout(Duration::from_millis(300))
+            .stuck_polls(3)
+            .on_elicitation(|_| Ok(json!({"action": "decline"})))
+            .connect_http(&url)
+            .unwrap();
+        let error = within(Duration::from_secs(10), move || {
+            client.call_tool("work", json!({})).unwrap_err()
+        });
+        assert!(matches!(error, ClientError::Stuck { .. }), "{error}");
     }
 }
