@@ -967,7 +967,9 @@ impl Inner {
         }
     }
 
-    /// Starts a new session in place of `stale`, unless another request already did.
+    /// Starts a new session in place of `stale`, unless another request already did. The
+    /// `initialize` it sends gets the request timeout in all; if that passes, the renewal
+    /// fails, and the next request to meet the forgotten session tries again.
     fn renew_session(&self, stale: &str) -> Result<(), ClientError> {
         let _one_at_a_time = self.renewing.lock();
         if self.session.lock().as_deref() != Some(stale) {
@@ -985,10 +987,15 @@ impl Inner {
         let renewal_id = RequestId::String(renewal);
         // The forgotten session stays current until the new one exists: requests sent
         // meanwhile meet the same 404 and wait here for the renewal, rather than going
-        // out without a session.
-        let response = self.post(&initialize)?;
+        // out without a session. So the renewal gets the request timeout in all, its
+        // answer's event stream included: a server that never ends it must not hold
+        // every request here for good (the next request to meet the 404 tries again).
+        let link = self.within_request_timeout();
+        let limit = link.idle.unwrap_or(self.idle);
+        let response = self.post_with(&initialize, link)?;
         let session = response.header("Mcp-Session-Id").map(str::to_owned);
-        let answer = read_response(response, &renewal_id).map_err(|e| self.io_error(e))?;
+        let answer =
+            read_response(response, &renewal_id).map_err(|e| self.io_error_after(e, limit))?;
         self.note_version(&answer);
         if let Err(error) = answer.outcome {
             return Err(ClientError::Rpc(error));

@@ -1207,4 +1207,46 @@ mod over_http {
         });
         assert!(matches!(error, ClientError::Stuck { .. }), "{error}");
     }
+
+    #[test]
+    fn a_renewal_that_never_ends_does_not_wedge_the_client() {
+        let initializes = AtomicUsize::new(0);
+        let url = http_server(move |request, connection| {
+            let first = request.body["params"]["first"] == true;
+            match request.rpc() {
+                Some("initialize") => match initializes.fetch_add(1, Ordering::SeqCst) {
+                    0 => initialize_answer(request, connection, "s1"),
+                    // The first renewal: its answer is an event stream that never ends.
+                    1 => {
+                        trickle(connection, Duration::from_secs(60));
+                    }
+                    _ => initialize_answer(request, connection, "s2"),
+                },
+                _ if plumbing(request, connection) => {}
+                // s1 is forgotten once the first ping went through.
+                Some("ping") if first || request.session.as_deref() == Some("s2") => {
+                    let answer = json!({"jsonrpc": "2.0", "id": request.body["id"], "result": {}});
+                    json_reply(connection, &answer, "")
+                }
+                _ => empty(connection, "404 Not Found"),
+            }
+        });
+        let client = Client::builder()
+            .request_timeout(Duration::from_millis(500))
+            .connect_http(&url)
+            .unwrap();
+        let outcomes = within(Duration::from_secs(20), move || {
+            client.request("ping", json!({"first": true})).unwrap();
+            // Meets the 404; the renewal stalls; this ping fails.
+            assert!(client.request("ping", json!({})).is_err());
+            // A new renewal succeeds at once, once one is tried.
+            (0..3)
+                .map(|_| client.request("ping", json!({})).map_err(|e| e.to_string()))
+                .collect::<Vec<_>>()
+        });
+        assert!(
+            outcomes.iter().any(Result::is_ok),
+            "the client stays wedged behind the stalled renewal: {outcomes:?}"
+        );
+    }
 }
