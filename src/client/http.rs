@@ -7,8 +7,10 @@
 //!
 //! No thread waits on a server for good: a connection that makes no progress for
 //! [`IDLE_TIMEOUT`] fails its exchange (event streams and `tasks/result` excepted, which may
-//! rightly stay silent while a task runs), and shutting the client down shuts every open connection
-//! down before the session's `DELETE`, which itself gets [`DELETE_TIMEOUT`].
+//! rightly stay silent while a task runs), a request nobody waits for any more (it timed
+//! out, or it is a held `tasks/result` whose call ended) has its connection shut down, and
+//! shutting the client down shuts every open connection down before the session's
+//! `DELETE`, which itself gets [`DELETE_TIMEOUT`].
 //!
 //! The `GET` event stream is opened again whenever it ends while the client is open (see
 //! [`Inner::event_stream`]), waiting between attempts as the server's `retry:` or a doubling
@@ -141,7 +143,8 @@ struct OpenConnections {
 #[derive(Default)]
 struct OpenState {
     next: u64,
-    streams: HashMap<u64, TcpStream>,
+    /// Each connection, with the request whose exchange it carries, if any.
+    streams: HashMap<u64, (TcpStream, Option<RequestId>)>,
     closed: bool,
 }
 
@@ -152,7 +155,12 @@ struct OpenConnection {
 }
 
 impl OpenConnections {
-    fn add(self: &Arc<Self>, stream: &TcpStream) -> io::Result<OpenConnection> {
+    /// Keeps `stream` among the open connections, as carrying request `owner`'s exchange.
+    fn add(
+        self: &Arc<Self>,
+        stream: &TcpStream,
+        owner: Option<&RequestId>,
+    ) -> io::Result<OpenConnection> {
         let copy = stream.try_clone()?;
         let mut state = self.state.lock();
         if state.closed {
@@ -163,7 +171,7 @@ impl OpenConnections {
         }
         let key = state.next;
         state.next += 1;
-        state.streams.insert(key, copy);
+        state.streams.insert(key, (copy, owner.cloned()));
         Ok(OpenConnection {
             set: self.clone(),
             key,
@@ -181,7 +189,20 @@ impl OpenConnections {
             state.closed = true;
             std::mem::take(&mut state.streams)
         };
-        for stream in streams.into_values() {
+        for (stream, _) in streams.into_values() {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Shuts the connections of request `id`'s exchange down: nobody waits for its
+    /// answer any more, so its thread ends as soon as they do.
+    fn abandon(&self, id: &RequestId) {
+        let state = self.state.lock();
+        for (stream, _) in state
+            .streams
+            .values()
+            .filter(|(_, o)| o.as_ref() == Some(id))
+        {
             let _ = stream.shutdown(Shutdown::Both);
         }
     }
@@ -284,6 +305,10 @@ struct Link<'a> {
     deadline: Option<Instant>,
     /// Where the connection is kept while the exchange is under way.
     open: Option<&'a Arc<OpenConnections>>,
+    /// The request whose exchange this is, and where it waits for its answer: once it is
+    /// kept among the open connections, an exchange nobody waits for any more ends (see
+    /// [`OpenConnections::abandon`]).
+    owner: Option<(&'a RequestId, &'a Shared)>,
 }
 
 /// A response whose head was read; the body is read from `body`.
@@ -468,7 +493,18 @@ fn exchange(
     let stream = endpoint.connect(connect)?;
     stream.set_read_timeout(link.idle)?;
     stream.set_write_timeout(link.idle)?;
-    let open = link.open.map(|open| open.add(&stream)).transpose()?;
+    let owner = link.owner.map(|(id, _)| id);
+    let open = link.open.map(|open| open.add(&stream, owner)).transpose()?;
+    // Abandoned before its connection was kept (where abandoning would have shut it
+    // down): it ends here.
+    if let Some((id, shared)) = link.owner {
+        if !shared.is_pending(id) {
+            return Err(io::Error::new(
+                io::ErrorKind::Interrupted,
+                format!("nobody waits for request {id} any more"),
+            ));
+        }
+    }
     let socket = stream.try_clone()?;
     let mut stream = Bounded {
         stream,
@@ -883,6 +919,7 @@ impl Inner {
             idle,
             deadline,
             open: Some(&self.open),
+            owner: None,
         }
     }
 
@@ -939,7 +976,7 @@ impl Inner {
             *self.initialize.lock() = Some(message.clone());
         }
         let outcome = self
-            .post_in_session(message)
+            .post_in_session(message, Some(id))
             .and_then(|response| self.answer(id, initialize, response));
         if let Err(error) = outcome {
             self.shared.complete(id, Err(error));
@@ -950,9 +987,19 @@ impl Inner {
     /// that session (it restarted, or ended an idle one): as 2025-11-25 requires, the
     /// client then starts a new session with a new `initialize` and sends `message` once
     /// more, in the new session. (Tasks of the old session are gone with it.)
-    fn post_in_session(self: &Arc<Self>, message: &Value) -> Result<HttpResponse, ClientError> {
+    /// `owner`: the request `message` is, whose exchange ends once nobody waits for it.
+    fn post_in_session(
+        self: &Arc<Self>,
+        message: &Value,
+        owner: Option<&RequestId>,
+    ) -> Result<HttpResponse, ClientError> {
+        let post = || {
+            let mut link = self.link(message);
+            link.owner = owner.map(|id| (id, &*self.shared));
+            self.post_with(message, link)
+        };
         let carried = self.session.lock().clone();
-        let response = self.post(message)?;
+        let response = post()?;
         let method = message.get("method").and_then(Value::as_str);
         let forgotten = response.status == 404
             && self.revision == Revision::V2025
@@ -961,7 +1008,7 @@ impl Inner {
             Some(stale) if forgotten => {
                 drop(response);
                 self.renew_session(&stale)?;
-                self.post(message)
+                post()
             }
             _ => Ok(response),
         }
@@ -1349,13 +1396,17 @@ impl Transport for HttpTransport {
             .map_err(ClientError::Io)
     }
 
+    fn abandon(&self, id: &RequestId) {
+        self.inner.open.abandon(id);
+    }
+
     /// POSTs a notification or an answer: within the request timeout, and done once the
     /// status says it was accepted. The body of a 2xx (the server should send none, but
     /// may send an event stream that never ends) is not read: the connection is closed
     /// (every request says `Connection: close`). An error status's body is read for the
     /// error, within what is left of the request timeout.
     fn send(&self, message: Value) -> Result<(), ClientError> {
-        let response = self.inner.post_in_session(&message)?;
+        let response = self.inner.post_in_session(&message, None)?;
         let status = response.status;
         if (200..300).contains(&status) {
             return Ok(());
@@ -1398,6 +1449,7 @@ impl Transport for HttpTransport {
                 idle: Some(DELETE_TIMEOUT),
                 deadline: Instant::now().checked_add(DELETE_TIMEOUT),
                 open: None,
+                owner: None,
             };
             // The status line and head are all we wait for; the body is not read.
             if let Err(error) = exchange(&self.inner.endpoint, "DELETE", &headers, &[], link) {

@@ -164,7 +164,8 @@ impl ClientBuilder {
     }
 
     /// How long each request waits for its answer (default [`DEFAULT_REQUEST_TIMEOUT`],
-    /// 60 s) before it fails with [`ClientError::Timeout`] and a late answer is ignored:
+    /// 60 s) before it fails with [`ClientError::Timeout`] and a late answer is ignored
+    /// (over HTTP its connection is shut down):
     /// the handshake, every method wrapper, the polls and updates of a followed task, and a
     /// plain (task-less) `tools/call`, so a long-running tool that is not run as a task
     /// needs a longer timeout. Not bounded by it: the `tasks/result` that
@@ -560,10 +561,17 @@ impl Client {
         let (id, pending) = self.inner.shared.register()?;
         let message = jsonrpc::request(&id, method, self.with_meta(params));
         if let Err(error) = self.inner.transport.send_request(&id, message) {
-            self.inner.shared.forget(&id);
+            self.forget(&id);
             return Err(error);
         }
         Ok(InFlight { id, pending })
+    }
+
+    /// Drops request `id`, which nobody waits for any more, and ends its exchange (over
+    /// HTTP its connection is shut down, and the thread reading it ends).
+    fn forget(&self, id: &jsonrpc::RequestId) {
+        self.inner.shared.forget(id);
+        self.inner.transport.abandon(id);
     }
 
     /// Waits for an answer; `Err(None)` when `deadline` passed first.
@@ -576,7 +584,7 @@ impl Client {
             Some(at) => match call.pending.recv_deadline(at) {
                 Ok(outcome) => outcome,
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                    self.inner.shared.forget(&call.id);
+                    self.forget(&call.id);
                     return Err(None);
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(self.gone()),
@@ -1064,7 +1072,7 @@ impl Client {
         let outcome = self.follow_2025_holding(task, follow, &mut held);
         // However the call ended, nobody waits for a `tasks/result` still held.
         if let Some(call) = held {
-            self.inner.shared.forget(&call.id);
+            self.forget(&call.id);
         }
         outcome
     }

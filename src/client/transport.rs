@@ -189,6 +189,12 @@ impl Shared {
         self.state.lock().pending.remove(id);
     }
 
+    /// Whether request `id` still waits for its answer.
+    #[cfg(feature = "http")]
+    pub(crate) fn is_pending(&self, id: &RequestId) -> bool {
+        self.state.lock().pending.contains_key(id)
+    }
+
     /// The reason the connection closed, if it did.
     pub(crate) fn closed_reason(&self) -> Option<String> {
         self.state.lock().closed.clone()
@@ -387,6 +393,9 @@ pub(crate) trait Transport: Send + Sync {
     fn send_request(&self, id: &RequestId, message: Value) -> Result<(), ClientError>;
     /// Sends a notification, or a response to a server request.
     fn send(&self, message: Value) -> Result<(), ClientError>;
+    /// Request `id` is no longer waited for (it was forgotten): whatever its exchange
+    /// still holds (an HTTP connection and its thread) may go.
+    fn abandon(&self, _id: &RequestId) {}
     /// Called once the handshake is done (HTTP 2025-11-25 opens its event stream here).
     fn ready(&self) {}
     /// Ends the connection (the client is being dropped).

@@ -1249,4 +1249,35 @@ mod over_http {
             "the client stays wedged behind the stalled renewal: {outcomes:?}"
         );
     }
+
+    #[test]
+    fn a_request_given_up_on_does_not_keep_its_connection() {
+        let (hung_up_tx, hung_up) = crossbeam_channel::unbounded();
+        let url = http_server(move |request, connection| {
+            if plumbing(request, connection) {
+                return;
+            }
+            // Answers as an event stream, then never sends the response: until the client
+            // hangs up.
+            let _ = hung_up_tx.send(trickle(connection, Duration::from_secs(60)));
+        });
+        let client = Client::builder()
+            .request_timeout(Duration::from_millis(200))
+            .connect_http(&url)
+            .unwrap();
+        for _ in 0..3 {
+            let error = client.request("ping", json!({})).unwrap_err();
+            assert!(matches!(error, ClientError::Timeout { .. }), "{error}");
+        }
+        // The client is still open: only the requests' connections are gone.
+        for n in 0..3 {
+            let hung_up = hung_up.recv_timeout(Duration::from_secs(10));
+            assert_eq!(
+                hung_up,
+                Ok(true),
+                "connection {n} of a request that timed out is still open"
+            );
+        }
+        drop(client);
+    }
 }
