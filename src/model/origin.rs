@@ -36,9 +36,14 @@ impl Origin {
         self.0.get()
     }
 
-    /// The origin parsed back into a [`Value`].
+    /// The origin parsed back into a [`Value`]. As deep as the request it was made from,
+    /// even past serde_json's default limit of 128 levels (a request that deep reaches a
+    /// store through a Rust caller, or through the wire's limit plus the levels the server
+    /// wraps it in).
     pub fn to_value(&self) -> Value {
-        serde_json::from_str(self.0.get()).expect("an origin holds valid JSON")
+        let mut reader = serde_json::Deserializer::from_str(self.0.get());
+        reader.disable_recursion_limit();
+        Value::deserialize(&mut reader).expect("an origin holds the JSON it was made from")
     }
 }
 

@@ -874,7 +874,7 @@ impl<W> StoreMachine<W> {
                 "{what} {seq} is out of range (sequence numbers stay below {SEQ_LIMIT})"
             ))
         };
-        if next_seq > SEQ_LIMIT {
+        if next_seq >= SEQ_LIMIT {
             return Err(out_of_range("the next sequence number", next_seq));
         }
         let mut capped = 0usize;

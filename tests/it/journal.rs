@@ -422,9 +422,30 @@ fn a_damaged_log_is_salvaged_on_request_keeping_what_precedes_the_damage() {
         log.file_name().unwrap().to_string_lossy()
     ));
     assert_eq!(fs::read(&aside).unwrap(), bytes[hole..]);
-    let later = store.create(CreateTask::new()).unwrap().task_id;
+    let later: Vec<TaskId> = (0..2)
+        .map(|_| store.create(CreateTask::new()).unwrap().task_id)
+        .collect();
     drop(store);
-    assert_eq!(listed(dir.path()), [ids[0], later]);
+    assert_eq!(listed(dir.path()), [ids[0], later[0], later[1]]);
+
+    // Another hole at the same place, salvaged again: the first set-aside file is kept,
+    // the second gets a name of its own.
+    let mut again = fs::read(&log).unwrap();
+    let bounds = frame_bounds(&again);
+    assert_eq!(bounds[2], hole);
+    again[hole..bounds[3]].fill(0);
+    fs::write(&log, &again).unwrap();
+    let mut config = journal(dir.path(), RecoveryPolicy::Keep);
+    config.salvage = true;
+    let store = Store::builder().journal(config).build().unwrap();
+    assert_eq!(store.list(None, None).unwrap().tasks.len(), 1);
+    assert_eq!(
+        fs::read(&aside).unwrap(),
+        bytes[hole..],
+        "the first is kept"
+    );
+    let second = PathBuf::from(format!("{}.1", aside.display()));
+    assert_eq!(fs::read(second).unwrap(), again[hole..]);
 }
 
 #[test]
@@ -531,6 +552,8 @@ fn compaction_snapshots_and_truncates_without_losing_anything() {
             .unwrap();
     }
     store.cancel(busy[0], None, None).unwrap();
+    // A compaction runs after its batch is answered: the barrier waits for it.
+    store.sync().unwrap();
     let names: Vec<String> = fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into())
@@ -948,5 +971,42 @@ fn sequence_numbers_out_of_range_in_a_journal_are_refused_not_wrapped() {
             Err(StoreError::Journal(why)) => assert!(why.contains("out of range"), "{why}"),
             other => panic!("{which} sequence number u64::MAX: {other:?}"),
         }
+    }
+}
+
+/// `[[[…]]]`, `depth` levels deep.
+fn nested(depth: usize) -> serde_json::Value {
+    (1..depth).fold(json!([]), |inner, _| json!([inner]))
+}
+
+#[test]
+fn records_nested_past_the_wire_limit_read_back_and_crafted_deeper_ones_are_refused() {
+    // The wire takes requests 128 levels deep; a record wraps an origin a few levels more.
+    // Near the reader's own bound (256 in all) is read back too, within a test thread's
+    // stack.
+    for depth in [130, 250] {
+        let dir = tempfile::tempdir().unwrap();
+        let id = open(dir.path())
+            .create(CreateTask::new().origin(nested(depth)))
+            .unwrap()
+            .task_id;
+        let store = open(dir.path());
+        let origin = store.get_detail(id, None).unwrap().origin.unwrap();
+        assert_eq!(origin.to_value(), nested(depth), "depth {depth}");
+    }
+    // A file nested deeper than that is refused with a clear error, not a stack overflow.
+    let dir = tempfile::tempdir().unwrap();
+    open(dir.path()).create(CreateTask::new()).unwrap();
+    rewrite_log(dir.path(), |record| {
+        if let Some(batch) = record.as_array_mut() {
+            batch[0]["origin"] = nested(1_000);
+        }
+    });
+    match Store::builder()
+        .journal(journal(dir.path(), RecoveryPolicy::Keep))
+        .build()
+    {
+        Err(StoreError::Journal(why)) => assert!(why.contains("nested deeper"), "{why}"),
+        other => panic!("{other:?}"),
     }
 }

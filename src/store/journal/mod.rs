@@ -66,7 +66,8 @@ pub struct JournalConfig {
     pub recovery: RecoveryPolicy,
     /// Start even when the current log is damaged (a broken record with valid ones after
     /// it), keeping what comes before the damage: the rest of the log is set aside in
-    /// `journal-G.log.damaged-OFFSET` next to it, and a warning says so (default: off, and a
+    /// `journal-G.log.damaged-OFFSET` next to it (`.1`, `.2`, … appended when an earlier
+    /// salvage took that name), and a warning says so (default: off, and a
     /// damaged log is an error). Acknowledged changes after the damage are lost, which is
     /// why it is never the default. With `Fsync` durability damage means the disk or
     /// someone else broke the file; with `Flush` or `None` a power loss alone can leave a
@@ -253,13 +254,76 @@ fn damaged(path: &Path, offset: u64, reason: impl std::fmt::Display) -> StoreErr
     ))
 }
 
+/// Deepest nesting a record may have. What is journaled comes off the wire, where JSON is
+/// read no deeper than serde_json's default limit (128), or from a Rust caller; a record
+/// wraps it a few levels deeper (a batch, a record, an outcome or an answer map), so
+/// serde_json's own limit would refuse records written from a request the server took.
+/// The bound here keeps a crafted file from running the reader's stack out.
+const MAX_RECORD_DEPTH: usize = 256;
+
+/// Reads one payload (a record, or a batch of them), as deep as [`MAX_RECORD_DEPTH`].
+fn read_record<T: serde::de::DeserializeOwned>(payload: &[u8]) -> serde_json::Result<T> {
+    if nesting(payload) > MAX_RECORD_DEPTH {
+        return Err(serde::de::Error::custom(format_args!(
+            "nested deeper than {MAX_RECORD_DEPTH} levels"
+        )));
+    }
+    let mut reader = serde_json::Deserializer::from_slice(payload);
+    reader.disable_recursion_limit();
+    let value = T::deserialize(&mut reader)?;
+    reader.end()?;
+    Ok(value)
+}
+
+/// How deeply `json`'s arrays and objects nest (brackets inside strings do not count).
+fn nesting(json: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in json {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// Copies `bytes[at..]` of the log at `path` into `<path>.damaged-<at>`, durably, before the
 /// log is cut at `at`: a salvage keeps what it drops for whoever looks into the damage.
+/// A file left by an earlier salvage is never overwritten: the next free name is taken
+/// (`…damaged-<at>.1`, `.2`, …), since it may be the only copy of what that salvage dropped.
 fn set_aside(path: &Path, bytes: &[u8], at: u64) -> Result<PathBuf, StoreError> {
-    let mut name = path.as_os_str().to_owned();
-    name.push(format!(".damaged-{at}"));
-    let aside = PathBuf::from(name);
-    let mut file = File::create(&aside).map_err(|e| io_error(&aside, "cannot create", e))?;
+    let named = |n: u32| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!(".damaged-{at}"));
+        if n > 0 {
+            name.push(format!(".{n}"));
+        }
+        PathBuf::from(name)
+    };
+    let mut n = 0;
+    let (aside, mut file) = loop {
+        let aside = named(n);
+        match OpenOptions::new().write(true).create_new(true).open(&aside) {
+            Ok(file) => break (aside, file),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
+            Err(e) => return Err(io_error(&aside, "cannot create", e)),
+        }
+    };
     file.write_all(&bytes[at as usize..])
         .and_then(|()| file.sync_all())
         .map_err(|e| io_error(&aside, "cannot write", e))?;
@@ -355,9 +419,9 @@ fn replay(
         // A batch is an array of records; a header or snapshot record (and every record
         // of a version 1 log) is framed alone.
         let records: Vec<Record> = if payload.first() == Some(&b'[') {
-            serde_json::from_slice(payload).map_err(unreadable)?
+            read_record(payload).map_err(unreadable)?
         } else {
-            vec![serde_json::from_slice(payload).map_err(unreadable)?]
+            vec![read_record(payload).map_err(unreadable)?]
         };
         offset += 8 + payload.len() as u64;
         for record in records {
@@ -777,7 +841,18 @@ impl Journal {
 
     /// Gives up this compaction: the next waits until the log has doubled (and grown by
     /// at least `compact_min_bytes`), so a full disk is not asked for a snapshot per batch.
+    ///
+    /// A log in an older format is the exception: going on would append batches in this
+    /// format to it, and an older build would then call it unreadable instead of naming
+    /// the version it cannot read. It is broken, as it was before compaction could fail
+    /// without harm (at start, the store does not open).
     fn abandon(&mut self, e: io::Error) -> CompactError {
+        if self.legacy {
+            return CompactError::Broken(io::Error::new(
+                e.kind(),
+                format!("rewriting a log of an older format: {e}"),
+            ));
+        }
         self.retry_at = self
             .log_bytes
             .saturating_mul(2)
@@ -1005,5 +1080,60 @@ mod tests {
             panic!("{err:?}")
         };
         assert!(message.contains("format version 3"), "{message}");
+    }
+
+    /// A log holding just `header`, for generation 0 in `dir` (opened once before).
+    fn header_only(dir: &Path, header: Record) -> PathBuf {
+        drop(open(dir));
+        let log = only(dir, "journal-");
+        let mut bytes = Vec::new();
+        frame::write_frame(&mut bytes, &serde_json::to_vec(&header).unwrap()).unwrap();
+        fs::write(&log, &bytes).unwrap();
+        log
+    }
+
+    #[test]
+    fn a_store_opened_at_the_last_sequence_number_is_refused_not_left_unopenable() {
+        let dir = tempfile::tempdir().unwrap();
+        let header = Record::Header {
+            version: VERSION,
+            generation: 0,
+            cursor_key: 1,
+            next_seq: 1 << 63,
+            tasks: None,
+        };
+        header_only(dir.path(), header);
+        // Opened, its next task would be numbered past what a restore accepts.
+        let mut config = JournalConfig::new(dir.path());
+        config.recovery = RecoveryPolicy::Keep;
+        match Store::builder().journal(config).build() {
+            Err(StoreError::Journal(why)) => assert!(why.contains("out of range"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_log_of_an_older_format_that_cannot_be_rewritten_is_refused_not_mixed() {
+        let dir = tempfile::tempdir().unwrap();
+        let header = Record::Header {
+            version: 1,
+            generation: 0,
+            cursor_key: 1,
+            next_seq: 0,
+            tasks: None,
+        };
+        let log = header_only(dir.path(), header);
+        // No room for the snapshot that rewrites it in this format.
+        fs::create_dir(dir.path().join("snapshot.tmp")).unwrap();
+        let mut config = JournalConfig::new(dir.path());
+        config.recovery = RecoveryPolicy::Keep;
+        match Store::builder().journal(config).build() {
+            Err(StoreError::Journal(why)) => assert!(why.contains("older format"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // Untouched: still all version 1.
+        let bytes = fs::read(&log).unwrap();
+        let (frames, _) = frame::read_frames(&bytes).unwrap();
+        assert!(frames.iter().all(|f| f.first() != Some(&b'[')));
     }
 }
