@@ -175,7 +175,9 @@ impl ClientBuilder {
     /// server request, the whole exchange (which otherwise gets the transport's 300 s idle
     /// limit per read), so a server that never acknowledges one, or trickles its answer,
     /// holds neither the handshake nor the answering of its other requests for long; the
-    /// body of a 2xx answer to one is not read.
+    /// body of a 2xx answer to one is not read. (A session renewal the send meets on the
+    /// way, and the send again after it, each get a timeout of their own: a few in all.
+    /// Resolving the server's name is not bounded by it.)
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.config.request_timeout = timeout;
         self

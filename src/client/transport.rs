@@ -288,6 +288,9 @@ impl Shared {
         );
         let answer = jsonrpc::error_response(Some(&request.id), &error);
         if self.refusals.try_send(answer).is_err() {
+            // Not answered at all: a copy that comes again (on another stream) is not a
+            // repeat to drop.
+            self.inputs.lock().seen.remove(&request.id);
             log::warn!(
                 "mcp client: too many server requests at once; {} {} dropped unanswered",
                 request.method,
@@ -434,13 +437,19 @@ pub(crate) fn start_dispatcher(
             }
         })?;
     let stopped = shared.stopped.clone();
-    std::thread::Builder::new()
+    let on_failure = shared.clone();
+    let spawned = std::thread::Builder::new()
         .name("mcp-client-dispatch".into())
         .spawn(move || loop {
             let work = crossbeam_channel::select! {
                 recv(jobs) -> work => work,
                 recv(stopped) -> _ => return,
             };
+            // `select!` picks at random among ready operations: a stop wins over queued
+            // work, or a handler (a prompt to a human, say) could run after the drop.
+            if stopped.try_recv() == Err(crossbeam_channel::TryRecvError::Disconnected) {
+                return;
+            }
             {
                 let Ok(Work::Request(Request { id, method, params })) = work else {
                     return;
@@ -491,8 +500,12 @@ pub(crate) fn start_dispatcher(
                     shared.input_done(&task);
                 }
             }
-        })
-        .map(|_| ())
+        });
+    if spawned.is_err() {
+        // No client will be built to stop the refusals' thread, which holds the transport.
+        on_failure.stop_dispatcher();
+    }
+    spawned.map(|_| ())
 }
 
 /// Newline-delimited JSON-RPC over a reader thread and a writer thread.
@@ -648,6 +661,83 @@ mod tests {
             method: "elicitation/create".into(),
             params: Some(json!({"_meta": {RELATED_TASK: {"taskId": task}}})),
         })
+    }
+
+    #[test]
+    fn a_request_dropped_unanswered_is_taken_when_it_comes_again() {
+        let (shared, jobs) = Shared::new();
+        let mut id = 0;
+        // The queue and the refusals' queue full: the next request gets no answer at all.
+        while jobs.len() < MAX_QUEUED_SERVER_REQUESTS || !shared.refusals_out.is_full() {
+            shared.incoming_from(request(id, "t"), None);
+            id += 1;
+        }
+        shared.incoming_from(request(id, "t"), None);
+        // Room again, and the same request arrives once more (another stream).
+        jobs.try_iter().for_each(drop);
+        shared.refusals_out.try_iter().for_each(drop);
+        shared.incoming_from(request(id, "t"), None);
+        assert_eq!(jobs.len(), 1, "request {id} is queued this time");
+    }
+
+    /// A transport that sends nowhere.
+    struct Nowhere;
+
+    impl Transport for Nowhere {
+        fn send_request(&self, _: &RequestId, _: Value) -> Result<(), ClientError> {
+            Ok(())
+        }
+        fn send(&self, _: Value) -> Result<(), ClientError> {
+            Ok(())
+        }
+        fn shutdown(&self) {}
+    }
+
+    #[test]
+    fn no_handler_runs_for_requests_still_queued_when_the_dispatcher_stops() {
+        // `select!` would take a queued request half the time: twenty tries.
+        for _ in 0..20 {
+            let (shared, jobs) = Shared::new();
+            let (started_tx, started) = crossbeam_channel::unbounded::<()>();
+            let (release_tx, release) = crossbeam_channel::bounded::<()>(0);
+            let handler: Handler = Arc::new(move |_| {
+                let _ = started_tx.send(());
+                let _ = release.recv();
+                Ok(json!({"action": "decline"}))
+            });
+            let handlers = Handlers {
+                elicitation: Some(handler),
+                sampling: None,
+            };
+            let transport: Arc<dyn Transport> = Arc::new(Nowhere);
+            start_dispatcher(jobs, shared.clone(), transport, handlers).unwrap();
+            for id in 0..5 {
+                shared.incoming_from(request(id, "t"), None);
+            }
+            started
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the first request is handled");
+            shared.stop_dispatcher();
+            drop(release_tx);
+            // The dispatcher ends (its queue's receiver goes with it) without taking
+            // another request.
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !matches!(
+                shared.work.try_send(Work::Request(Request {
+                    id: RequestId::Number(-1),
+                    method: "ping".into(),
+                    params: None,
+                })),
+                Err(TrySendError::Disconnected(_))
+            ) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the dispatcher never ended"
+                );
+                std::thread::yield_now();
+            }
+            assert!(started.try_recv().is_err(), "a queued request was handled");
+        }
     }
 
     #[test]
