@@ -187,7 +187,10 @@ void mcpts_bytes_free(mcpts_bytes *bytes);
  * written when `buf` is NULL or `buf_len` is 0.
  *
  * The last error is set by every function that returns an [`mcpts_result`]: cleared on
- * `MCPTS_RESULT_OK`, replaced on failure. This function does not change it.
+ * `MCPTS_RESULT_OK`, replaced on failure. This function does not change it. The one
+ * exception: while a thread is being torn down (a call from a thread-exit hook, or from
+ * an `atexit` handler on the main thread), its slot may be gone, and a failure there
+ * leaves no message (this function then returns 0).
  *
  * Thread safety: reads only the calling thread's slot; call it from any thread.
  *
@@ -336,8 +339,9 @@ mcpts_result mcpts_handle_get(const mcpts_handle *handle, const char *task_id, c
  * writes the updated task to `*task_out` as JSON. To finish a task with its result, use
  * [`mcpts_handle_store_result`] instead.
  *
- * Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT` (unknown status name, not UTF-8),
- * `NOT_FOUND`, `INVALID_TRANSITION` (the task is terminal), `CLOSED`.
+ * Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT` (unknown status name, not UTF-8, or a move
+ * to `working` while the task's input requests are still pending), `NOT_FOUND`,
+ * `INVALID_TRANSITION` (the task is terminal), `CLOSED`.
  *
  * Thread safety: any thread, concurrently with other calls on `handle`.
  *
@@ -527,7 +531,8 @@ mcpts_result mcpts_handle_wait_input(const mcpts_handle *handle, const char *tas
  * [`mcpts_handle_dispatch_timeout`] bounds that wait.
  *
  * Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT` (not UTF-8), `CLOSED` when the store is
- * freed before or during the call (whatever the request, even one that touches no task):
+ * freed before the call (whatever the request, even one that touches no task), or during
+ * it for a request that reaches the store:
  * as on every failure, `*response_out` is left untouched, and answering the request (for
  * example with a JSON-RPC -32603 error) is up to the host.
  *

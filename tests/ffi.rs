@@ -644,3 +644,75 @@ fn dispatch_timeout_bounds_tasks_result() {
         serde_json::json!([])
     );
 }
+
+/// A C host may call in from a thread-exit hook (a pthread key's destructor, a C++
+/// `thread_local`) or an `atexit` handler, after the library's own thread-locals are gone
+/// (they are torn down first when they were made later). The call still works.
+#[test]
+fn a_call_from_a_thread_exit_hook_works() {
+    /// Cancels its task when the thread's locals are torn down, and reports the result.
+    struct CancelOnExit {
+        handle: usize,
+        task: std::ffi::CString,
+        done: std::sync::mpsc::Sender<mcpts_result>,
+    }
+    impl Drop for CancelOnExit {
+        fn drop(&mut self) {
+            let mut out: *mut mcpts_bytes = ptr::null_mut();
+            // SAFETY: the handle outlives this thread (the test frees it after joining);
+            // the task id is a live C string; `out` is freed once.
+            let result = unsafe {
+                let result = mcpts_handle_cancel(
+                    self.handle as *const mcpts_handle,
+                    self.task.as_ptr(),
+                    ptr::null(),
+                    ptr::null(),
+                    &mut out,
+                );
+                mcpts_bytes_free(out);
+                result
+            };
+            let _ = self.done.send(result);
+        }
+    }
+    thread_local! {
+        static ON_EXIT: std::cell::RefCell<Option<CancelOnExit>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    let f = Fixture::new();
+    let handle = f.handle as usize;
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Made before the library's own thread-locals, so torn down after them.
+        ON_EXIT.with(|slot| slot.borrow_mut().take());
+        let mut task: *mut mcpts_bytes = ptr::null_mut();
+        // SAFETY: the handle is live; the request is a live buffer; `task` is freed once.
+        let json = unsafe {
+            assert_eq!(
+                mcpts_handle_create(handle as *const mcpts_handle, b"{}".as_ptr(), 2, &mut task),
+                mcpts_result::Ok
+            );
+            take_json(task)
+        };
+        let task = std::ffi::CString::new(json["taskId"].as_str().unwrap()).unwrap();
+        ON_EXIT.with(|slot| *slot.borrow_mut() = Some(CancelOnExit { handle, task, done }));
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        result.recv_timeout(std::time::Duration::from_secs(10)),
+        Ok(mcpts_result::Ok)
+    );
+}
+
+/// `(size_t)-1` is a common C error value: as a length it is refused, not read.
+#[test]
+fn a_length_no_buffer_can_have_is_refused() {
+    let mut store: *mut mcpts_store = ptr::null_mut();
+    // SAFETY: the pointer is live (for 2 bytes; the library must not read past the check).
+    let result = unsafe { mcpts_store_new(b"{}".as_ptr(), usize::MAX, &mut store) };
+    assert_eq!(result, mcpts_result::InvalidArgument);
+    assert!(last_error().contains("length"), "{}", last_error());
+    assert!(store.is_null());
+}

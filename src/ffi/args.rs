@@ -98,7 +98,15 @@ pub(crate) unsafe fn arg_bytes<'a>(
     if ptr.is_null() {
         return Err(Error::null(name));
     }
-    // SAFETY: non-NULL and readable for `len` bytes, per the caller.
+    // No buffer is that long (`(size_t)-1` is a common C error value): a slice past
+    // `isize::MAX` bytes is undefined behaviour, and a debug build aborts on it.
+    if len > isize::MAX as usize {
+        return Err(Error::invalid(format!(
+            "argument '{name}': a length of {len} bytes is not a buffer's"
+        )));
+    }
+    // SAFETY: non-NULL, at most `isize::MAX` bytes, and readable for `len` bytes, per
+    // the caller.
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
 }
 

@@ -237,7 +237,10 @@ fn panic_text(payload: &(dyn Any + Send)) -> &str {
 /// written when `buf` is NULL or `buf_len` is 0.
 ///
 /// The last error is set by every function that returns an [`mcpts_result`]: cleared on
-/// `MCPTS_RESULT_OK`, replaced on failure. This function does not change it.
+/// `MCPTS_RESULT_OK`, replaced on failure. This function does not change it. The one
+/// exception: while a thread is being torn down (a call from a thread-exit hook, or from
+/// an `atexit` handler on the main thread), its slot may be gone, and a failure there
+/// leaves no message (this function then returns 0).
 ///
 /// Thread safety: reads only the calling thread's slot; call it from any thread.
 ///

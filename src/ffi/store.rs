@@ -425,8 +425,9 @@ pub unsafe extern "C" fn mcpts_handle_get(
 /// writes the updated task to `*task_out` as JSON. To finish a task with its result, use
 /// [`mcpts_handle_store_result`] instead.
 ///
-/// Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT` (unknown status name, not UTF-8),
-/// `NOT_FOUND`, `INVALID_TRANSITION` (the task is terminal), `CLOSED`.
+/// Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT` (unknown status name, not UTF-8, or a move
+/// to `working` while the task's input requests are still pending), `NOT_FOUND`,
+/// `INVALID_TRANSITION` (the task is terminal), `CLOSED`.
 ///
 /// Thread safety: any thread, concurrently with other calls on `handle`.
 ///
@@ -935,7 +936,8 @@ pub unsafe extern "C" fn mcpts_handle_wait_input(
 /// [`mcpts_handle_dispatch_timeout`] bounds that wait.
 ///
 /// Errors: `NULL_PARAMETER`, `INVALID_ARGUMENT` (not UTF-8), `CLOSED` when the store is
-/// freed before or during the call (whatever the request, even one that touches no task):
+/// freed before the call (whatever the request, even one that touches no task), or during
+/// it for a request that reaches the store:
 /// as on every failure, `*response_out` is left untouched, and answering the request (for
 /// example with a JSON-RPC -32603 error) is up to the host.
 ///

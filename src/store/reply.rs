@@ -167,19 +167,26 @@ pub(crate) fn round_trip<T: Send + 'static>(
 
 /// The calling thread's slot for answers of type `T`, made on first use.
 fn this_threads_slot<T: Send + 'static>() -> Arc<ReplySlot<T>> {
-    SLOTS.with(|slots| {
-        let mut slots = slots.borrow_mut();
-        let slot = slots.entry(TypeId::of::<T>()).or_insert_with(|| {
-            Box::new(Arc::new(ReplySlot::<T> {
-                state: AtomicU8::new(WAITING),
-                parked: AtomicBool::new(false),
-                answer: UnsafeCell::new(None),
-                caller: thread::current(),
-            }))
-        });
-        let slot: &Arc<ReplySlot<T>> = slot.downcast_ref().expect("slots are keyed by type");
-        Arc::clone(slot)
-    })
+    let fresh = || {
+        Arc::new(ReplySlot::<T> {
+            state: AtomicU8::new(WAITING),
+            parked: AtomicBool::new(false),
+            answer: UnsafeCell::new(None),
+            caller: thread::current(),
+        })
+    };
+    SLOTS
+        .try_with(|slots| {
+            let mut slots = slots.borrow_mut();
+            let slot = slots
+                .entry(TypeId::of::<T>())
+                .or_insert_with(|| Box::new(fresh()));
+            let slot: &Arc<ReplySlot<T>> = slot.downcast_ref().expect("slots are keyed by type");
+            Arc::clone(slot)
+        })
+        // The thread's locals are being torn down: a call from a thread-exit hook, or from
+        // an `atexit` handler of a C host. A slot for this call alone.
+        .unwrap_or_else(|_| fresh())
 }
 
 /// Returns once the slot is no longer `WAITING`: first spinning (for this thread's
