@@ -47,6 +47,7 @@ pub use error::StoreError;
 pub use model::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, LimitScope, Origin, Outcome,
     SessionId, StoreEvent, Task, TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus, Timestamp,
+    MAX_PAYLOAD_DEPTH,
 };
 pub use store::{
     CancelToken, Clock, Durability, ExpiryPolicy, JournalConfig, ManualClock, Millis, Now,

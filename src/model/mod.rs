@@ -3,11 +3,13 @@
 //!
 //! Nothing here knows about threads, clocks or JSON-RPC framing; these are plain values.
 
+pub(crate) mod depth;
 mod ids;
 mod origin;
 mod task;
 mod timestamp;
 
+pub use depth::MAX_PAYLOAD_DEPTH;
 pub use ids::{SessionId, TaskId};
 pub use origin::Origin;
 pub use task::{

@@ -23,8 +23,8 @@ use super::shared::Shared;
 use super::stop::WaitStop;
 use super::token::CancelToken;
 use crate::model::{
-    CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId, StoreEvent, Task,
-    TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus,
+    depth, CancelOutcome, CreateTask, InputRequests, InputResponses, Outcome, SessionId,
+    StoreEvent, Task, TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus,
 };
 use crate::StoreError;
 
@@ -324,8 +324,12 @@ impl StoreHandle {
     }
 
     /// Creates a task (status `working`, fresh random id). It is visible to `get` before
-    /// this returns.
+    /// this returns. An origin nested deeper than [`MAX_PAYLOAD_DEPTH`](crate::MAX_PAYLOAD_DEPTH)
+    /// is refused (`InvalidArgument`), as is any deeper value below.
     pub fn create(&self, req: CreateTask) -> Result<Task, StoreError> {
+        if let Some(origin) = &req.origin {
+            depth::check_text("the origin", origin.as_json())?;
+        }
         let id = TaskId::random();
         self.call(|reply| Command::Create { id, req, reply })
     }
@@ -380,7 +384,8 @@ impl StoreHandle {
     }
 
     /// Ends a live task as `completed` or `failed` with its outcome (a JSON-RPC error only
-    /// as `failed`, else `InvalidArgument`); first writer wins.
+    /// as `failed`, else `InvalidArgument`, as for an outcome nested deeper than
+    /// [`MAX_PAYLOAD_DEPTH`](crate::MAX_PAYLOAD_DEPTH)); first writer wins.
     pub fn store_result(
         &self,
         id: TaskId,
@@ -389,6 +394,8 @@ impl StoreHandle {
         outcome: Outcome,
         message: Option<String>,
     ) -> Result<Task, StoreError> {
+        let (Outcome::Result(value) | Outcome::Error(value)) = &outcome;
+        depth::check_value("the outcome", value)?;
         let session = session.cloned();
         self.call(|reply| Command::StoreResult {
             id,
@@ -493,6 +500,9 @@ impl StoreHandle {
         session: Option<&SessionId>,
         requests: InputRequests,
     ) -> Result<Task, StoreError> {
+        for request in requests.values() {
+            depth::check_value("an input request", request)?;
+        }
         let session = session.cloned();
         self.call(|reply| Command::SetInputRequests {
             id,
@@ -509,6 +519,9 @@ impl StoreHandle {
         session: Option<&SessionId>,
         responses: InputResponses,
     ) -> Result<Task, StoreError> {
+        for response in responses.values() {
+            depth::check_value("an input response", response)?;
+        }
         let session = session.cloned();
         self.call(|reply| Command::ResolveInput {
             id,

@@ -170,6 +170,9 @@ pub struct StoreMachine<W> {
     /// Tasks failed by expiry that linger for the grace period, per session; they no longer
     /// count toward the limits.
     lingering: HashMap<Option<SessionId>, usize>,
+    /// The sum of `lingering`: the global limit reads it on every create, and summing the
+    /// map then cost a create O(sessions) after a mass expiry.
+    lingering_total: usize,
     next_seq: u64,
     next_waiter: u64,
     /// Waiters parked across all tasks.
@@ -203,6 +206,7 @@ impl<W> StoreMachine<W> {
             tasks: TaskTable::new(cursor_key),
             sessions: HashMap::new(),
             lingering: HashMap::new(),
+            lingering_total: 0,
             next_seq: 1,
             next_waiter: 1,
             parked: 0,
@@ -949,6 +953,7 @@ impl<W> StoreMachine<W> {
         });
         if record.expired {
             *self.lingering.entry(record.session.clone()).or_default() += 1;
+            self.lingering_total += 1;
         }
         self.sessions
             .entry(record.session.clone())
@@ -1125,7 +1130,8 @@ impl<W> StoreMachine<W> {
             let all = m.sessions.get(&key).map_or(0, |index| index.len());
             all - m.lingering.get(&key).copied().unwrap_or(0)
         };
-        let global_count = |m: &Self| m.tasks.len() - m.lingering.values().sum::<usize>();
+        debug_assert_eq!(self.lingering_total, self.lingering.values().sum::<usize>());
+        let global_count = |m: &Self| m.tasks.len() - m.lingering_total;
         let global_full = |m: &Self| m.config.max_tasks.is_some_and(|max| global_count(m) >= max);
         let session_full = |m: &Self| {
             session.is_some()
@@ -1181,6 +1187,7 @@ impl<W> StoreMachine<W> {
                     let entry = self.tasks.get_mut(&id).expect("checked above");
                     entry.expired = true;
                     *self.lingering.entry(entry.session.clone()).or_default() += 1;
+                    self.lingering_total += 1;
                     self.finish(now, id, TaskStatus::Failed, Some(message), None);
                     let next = at.plus(duration_ms(grace));
                     self.tasks.get_mut(&id).expect("checked above").expires_at = Some(next);
@@ -1248,6 +1255,7 @@ impl<W> StoreMachine<W> {
         if entry.expired {
             if let Some(count) = self.lingering.get_mut(&entry.session) {
                 *count -= 1;
+                self.lingering_total -= 1;
                 if *count == 0 {
                     self.lingering.remove(&entry.session);
                 }

@@ -980,11 +980,11 @@ fn nested(depth: usize) -> serde_json::Value {
 }
 
 #[test]
-fn records_nested_past_the_wire_limit_read_back_and_crafted_deeper_ones_are_refused() {
+fn payloads_past_the_wire_limit_read_back_and_deeper_ones_are_refused() {
     // The wire takes requests 128 levels deep; a record wraps an origin a few levels more.
     // Near the reader's own bound (256 in all) is read back too, within a test thread's
     // stack.
-    for depth in [130, 250] {
+    for depth in [130, 190] {
         let dir = tempfile::tempdir().unwrap();
         let id = open(dir.path())
             .create(CreateTask::new().origin(nested(depth)))
@@ -994,7 +994,26 @@ fn records_nested_past_the_wire_limit_read_back_and_crafted_deeper_ones_are_refu
         let origin = store.get_detail(id, None).unwrap().origin.unwrap();
         assert_eq!(origin.to_value(), nested(depth), "depth {depth}");
     }
-    // A file nested deeper than that is refused with a clear error, not a stack overflow.
+    // Deeper values are refused on the way in: what is journaled must read back, and a
+    // deep tree's clone or drop on the owner thread must not run its stack out.
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let deep = CreateTask::new().origin(nested(200));
+    assert!(matches!(
+        store.create(deep),
+        Err(StoreError::InvalidArgument(_))
+    ));
+    let id = store.create(CreateTask::new()).unwrap().task_id;
+    let outcome = Outcome::result(json!({"content": nested(200)}));
+    let stored = store.store_result(id, None, TaskStatus::Completed, outcome, None);
+    assert!(
+        matches!(stored, Err(StoreError::InvalidArgument(_))),
+        "{stored:?}"
+    );
+    drop(store);
+    assert_eq!(listed(dir.path()), [id]);
+    // A file nested deeper than the reader takes is refused with a clear error, not a
+    // stack overflow.
     let dir = tempfile::tempdir().unwrap();
     open(dir.path()).create(CreateTask::new()).unwrap();
     rewrite_log(dir.path(), |record| {

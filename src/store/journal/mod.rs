@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::record::{RecoveryPolicy, TaskRecord};
-use crate::model::TaskId;
+use crate::model::{depth, TaskId};
 use crate::StoreError;
 
 /// When an acknowledged change is safe.
@@ -254,16 +254,16 @@ fn damaged(path: &Path, offset: u64, reason: impl std::fmt::Display) -> StoreErr
     ))
 }
 
-/// Deepest nesting a record may have. What is journaled comes off the wire, where JSON is
-/// read no deeper than serde_json's default limit (128), or from a Rust caller; a record
-/// wraps it a few levels deeper (a batch, a record, an outcome or an answer map), so
-/// serde_json's own limit would refuse records written from a request the server took.
-/// The bound here keeps a crafted file from running the reader's stack out.
-const MAX_RECORD_DEPTH: usize = 256;
+/// Deepest nesting a record may have: a payload as deep as a store keeps
+/// ([`MAX_PAYLOAD_DEPTH`](crate::model::MAX_PAYLOAD_DEPTH)) plus the few levels a record
+/// wraps it in (a batch, a record, an outcome or an answer map), with room to spare.
+/// serde_json's own read limit (128) would refuse records written from a request the
+/// server took; this bound keeps a crafted file from running the reader's stack out.
+const MAX_RECORD_DEPTH: usize = crate::model::MAX_PAYLOAD_DEPTH + 64;
 
 /// Reads one payload (a record, or a batch of them), as deep as [`MAX_RECORD_DEPTH`].
 fn read_record<T: serde::de::DeserializeOwned>(payload: &[u8]) -> serde_json::Result<T> {
-    if nesting(payload) > MAX_RECORD_DEPTH {
+    if depth::text_depth(payload) > MAX_RECORD_DEPTH {
         return Err(serde::de::Error::custom(format_args!(
             "nested deeper than {MAX_RECORD_DEPTH} levels"
         )));
@@ -273,33 +273,6 @@ fn read_record<T: serde::de::DeserializeOwned>(payload: &[u8]) -> serde_json::Re
     let value = T::deserialize(&mut reader)?;
     reader.end()?;
     Ok(value)
-}
-
-/// How deeply `json`'s arrays and objects nest (brackets inside strings do not count).
-fn nesting(json: &[u8]) -> usize {
-    let (mut depth, mut deepest) = (0usize, 0usize);
-    let (mut in_string, mut escaped) = (false, false);
-    for &b in json {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    deepest
 }
 
 /// Copies `bytes[at..]` of the log at `path` into `<path>.damaged-<at>`, durably, before the
