@@ -716,3 +716,81 @@ fn a_length_no_buffer_can_have_is_refused() {
     assert!(last_error().contains("length"), "{}", last_error());
     assert!(store.is_null());
 }
+
+/// A pthread key's destructor runs after std has torn down the thread's locals (its own
+/// handle among them), so the library can neither keep a slot for such a caller nor count
+/// on parking it: a wait from there still gets its answer (here, its timeout), whether the
+/// thread called the library before or not.
+#[test]
+fn a_wait_from_a_pthread_key_destructor_gets_its_answer() {
+    struct Hook {
+        handle: usize,
+        task: std::ffi::CString,
+        done: std::sync::mpsc::Sender<mcpts_result>,
+    }
+    unsafe extern "C" fn on_thread_exit(hook: *mut libc::c_void) {
+        // SAFETY: the pointer is the `Box<Hook>` the thread handed to its key.
+        let hook = unsafe { Box::from_raw(hook.cast::<Hook>()) };
+        let mut out: *mut mcpts_bytes = ptr::null_mut();
+        // SAFETY: the handle outlives the thread (freed after the answer arrives); the
+        // task id is a live C string; `out` is freed once (it stays NULL on a timeout).
+        let result = unsafe {
+            let result = mcpts_handle_wait(
+                hook.handle as *const mcpts_handle,
+                hook.task.as_ptr(),
+                ptr::null(),
+                // Long enough to park, past spinning and yielding.
+                300,
+                &mut out,
+            );
+            mcpts_bytes_free(out);
+            result
+        };
+        let _ = hook.done.send(result);
+    }
+
+    let f = Fixture::new();
+    let handle = f.handle as usize;
+    for called_before in [false, true] {
+        let task = f.create();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            if called_before {
+                // This thread's reply slot then exists, and is torn down before the hook.
+                let mut out: *mut mcpts_bytes = ptr::null_mut();
+                // SAFETY: the handle is live; `out` is freed once.
+                unsafe {
+                    let request = b"{}";
+                    let created = mcpts_handle_create(
+                        handle as *const mcpts_handle,
+                        request.as_ptr(),
+                        request.len(),
+                        &mut out,
+                    );
+                    assert_eq!(created, mcpts_result::Ok);
+                    mcpts_bytes_free(out);
+                }
+            }
+            let hook = Box::new(Hook {
+                handle,
+                task,
+                done: done_tx,
+            });
+            // SAFETY: a fresh key whose destructor takes back the box.
+            unsafe {
+                let mut key: libc::pthread_key_t = 0;
+                assert_eq!(libc::pthread_key_create(&mut key, Some(on_thread_exit)), 0);
+                assert_eq!(
+                    libc::pthread_setspecific(key, Box::into_raw(hook).cast()),
+                    0
+                );
+            }
+        });
+        let answer = done.recv_timeout(std::time::Duration::from_secs(10));
+        assert_eq!(
+            answer,
+            Ok(mcpts_result::Timeout),
+            "called before: {called_before}"
+        );
+    }
+}

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use super::context::{Binding, ClientPeer, TaskContext};
 use super::tools::{Preflight, TaskSupport, Tool};
 use super::ServerCore;
-use crate::model::{CreateTask, Origin, SessionId, StoreEvent, Task, TaskId, TaskStatus};
+use crate::model::{CreateTask, Origin, Outcome, SessionId, StoreEvent, Task, TaskId, TaskStatus};
 use crate::protocol::jsonrpc::{self, Message, Request, RequestId, RpcError, INTERNAL_ERROR};
 use crate::protocol::{rpc_error, sep2663, v2025, RequestMeta, Revision};
 use crate::store::{CancelToken, WaitStop};
@@ -510,12 +510,21 @@ impl Connection {
             Revision::Sep2663 => sep2663::settle(outcome),
         };
         let session = self.session.as_ref();
-        match self
-            .core
-            .store
-            .store_result(id, session, status, outcome, message)
-        {
+        let store = &self.core.store;
+        match store.store_result(id, session, status, outcome, message) {
             Ok(_) | Err(StoreError::AlreadyTerminal(_)) | Err(StoreError::NotFound) => {}
+            // The store refused the outcome itself (nested past `MAX_PAYLOAD_DEPTH`, say):
+            // the task still ends, failed with why, rather than stay `working` until its
+            // TTL (or for ever, without one).
+            Err(StoreError::InvalidArgument(why)) => {
+                log::warn!("task {id}: its result could not be stored: {why}");
+                let error = RpcError::internal(format!("the tool's result was refused: {why}"));
+                let outcome = Outcome::error(error.to_value());
+                let failed = store.store_result(id, session, TaskStatus::Failed, outcome, None);
+                if let Err(error) = failed {
+                    log::warn!("task {id}: could not fail it either: {error}");
+                }
+            }
             Err(error) => log::warn!("task {id}: could not store its result: {error}"),
         }
     }

@@ -417,7 +417,7 @@ impl TaskContext {
         let session = self.session.as_ref();
         self.store
             .update_status(id, session, TaskStatus::InputRequired, None)
-            .map_err(|_| RpcError::from(Cancelled))?;
+            .map_err(ended_or_internal)?;
         let answers: Result<Vec<Value>, RpcError> = requests
             .into_iter()
             .map(|(method, params)| {
@@ -448,7 +448,7 @@ impl TaskContext {
         }
         self.store
             .set_input_requests(id, session, pending)
-            .map_err(|_| RpcError::from(Cancelled))?;
+            .map_err(ended_or_internal)?;
         keys.iter()
             .map(|key| {
                 self.store
@@ -459,5 +459,17 @@ impl TaskContext {
                     })
             })
             .collect()
+    }
+}
+
+/// A store error met while asking the client for input: the task ended (it was cancelled,
+/// or expired) or anything else, such as a request nested past
+/// [`MAX_PAYLOAD_DEPTH`](crate::MAX_PAYLOAD_DEPTH), which is not a cancellation.
+fn ended_or_internal(error: StoreError) -> RpcError {
+    match error {
+        StoreError::AlreadyTerminal(_)
+        | StoreError::NotFound
+        | StoreError::InvalidTransition { .. } => Cancelled.into(),
+        other => RpcError::internal(other),
     }
 }

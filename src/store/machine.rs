@@ -897,6 +897,10 @@ impl<W> StoreMachine<W> {
             log::warn!("recovery capped the TTL of {capped} tasks at max_ttl");
         }
         machine.next_seq = machine.next_seq.max(next_seq);
+        // A record numbered 2^63 - 1 leaves no number for the next task.
+        if machine.next_seq >= SEQ_LIMIT {
+            return Err(out_of_range("the next sequence number", machine.next_seq));
+        }
         if policy == RecoveryPolicy::FailRunning {
             // Tasks whose TTL ran out while the process was down expire first, under the
             // expiry policy (a failed task keeps its grace); only the rest failed for the
@@ -951,7 +955,10 @@ impl<W> StoreMachine<W> {
                 cancel: None,
             })
         });
-        if record.expired {
+        // Only a task failed by expiry lingers; a record that says `expired` of a task
+        // still running (a damaged one) is not believed, or its expiry would count twice.
+        let expired = record.expired && record.status == TaskStatus::Failed;
+        if expired {
             *self.lingering.entry(record.session.clone()).or_default() += 1;
             self.lingering_total += 1;
         }
@@ -964,7 +971,7 @@ impl<W> StoreMachine<W> {
             Entry {
                 id: record.id,
                 status: record.status,
-                expired: record.expired,
+                expired,
                 status_message: record.message.map(String::into_boxed_str),
                 created_at: record.created_at,
                 last_updated_at: record.last_updated_at,
@@ -1001,9 +1008,13 @@ impl<W> StoreMachine<W> {
     fn restored_deadline(&self, record: &TaskRecord, ttl: u64) -> u64 {
         let ttl_ends = record.created_at.as_millis().saturating_add(ttl);
         match self.config.expiry {
-            ExpiryPolicy::Fail { grace } if record.expired => ttl_ends
-                .max(record.last_updated_at.as_millis())
-                .saturating_add(duration_ms(grace)),
+            ExpiryPolicy::Fail { grace }
+                if record.expired && record.status == TaskStatus::Failed =>
+            {
+                ttl_ends
+                    .max(record.last_updated_at.as_millis())
+                    .saturating_add(duration_ms(grace))
+            }
             _ => ttl_ends,
         }
     }

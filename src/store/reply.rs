@@ -27,6 +27,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, Thread};
+use std::time::Duration;
 
 use super::spin::SpinBudget;
 use crate::StoreError;
@@ -48,8 +49,10 @@ struct ReplySlot<T> {
     /// Written by the owner before it stores `ANSWERED`, read by the caller after it sees
     /// that (see `Sync` below).
     answer: UnsafeCell<Option<Answer<T>>>,
-    /// The thread that owns this slot (slots are thread-local).
-    caller: Thread,
+    /// The thread that owns this slot (slots are thread-local). `None` for a slot made
+    /// while its thread is torn down, when `thread::current()` may no longer work: its
+    /// caller polls instead of parking.
+    caller: Option<Thread>,
 }
 
 // SAFETY: `answer` has one writer and one reader, never at once: the owner writes it
@@ -65,7 +68,9 @@ impl<T> ReplySlot<T> {
         // the two sides always sees the other, so no wake-up is lost.
         self.state.store(state, Ordering::SeqCst);
         if self.parked.load(Ordering::SeqCst) {
-            self.caller.unpark();
+            if let Some(caller) = &self.caller {
+                caller.unpark();
+            }
         }
     }
 }
@@ -167,12 +172,12 @@ pub(crate) fn round_trip<T: Send + 'static>(
 
 /// The calling thread's slot for answers of type `T`, made on first use.
 fn this_threads_slot<T: Send + 'static>() -> Arc<ReplySlot<T>> {
-    let fresh = || {
+    let fresh = |caller: Option<Thread>| {
         Arc::new(ReplySlot::<T> {
             state: AtomicU8::new(WAITING),
             parked: AtomicBool::new(false),
             answer: UnsafeCell::new(None),
-            caller: thread::current(),
+            caller,
         })
     };
     SLOTS
@@ -180,13 +185,15 @@ fn this_threads_slot<T: Send + 'static>() -> Arc<ReplySlot<T>> {
             let mut slots = slots.borrow_mut();
             let slot = slots
                 .entry(TypeId::of::<T>())
-                .or_insert_with(|| Box::new(fresh()));
+                .or_insert_with(|| Box::new(fresh(Some(thread::current()))));
             let slot: &Arc<ReplySlot<T>> = slot.downcast_ref().expect("slots are keyed by type");
             Arc::clone(slot)
         })
-        // The thread's locals are being torn down: a call from a thread-exit hook, or from
-        // an `atexit` handler of a C host. A slot for this call alone.
-        .unwrap_or_else(|_| fresh())
+        // The thread's locals are being torn down: a call from a thread-exit hook (a
+        // pthread key's destructor runs after std dropped the thread's own handle, and
+        // `thread::current()` then panics), or from a C host's `atexit` handler. A slot
+        // for this call alone, without a thread to unpark.
+        .unwrap_or_else(|_| fresh(None))
 }
 
 /// Returns once the slot is no longer `WAITING`: first spinning (for this thread's
@@ -212,6 +219,16 @@ fn wait<T>(slot: &ReplySlot<T>, spinners: &AtomicUsize, expect: Expect) {
         }
     }
     if answered(slot) {
+        return;
+    }
+    if slot.caller.is_none() {
+        // Nothing to be woken through (see `ReplySlot::caller`): poll, pausing a little
+        // longer each time. Only calls from a thread being torn down come here.
+        let mut pause = Duration::from_micros(50);
+        while !answered(slot) {
+            thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
         return;
     }
     slot.parked.store(true, Ordering::SeqCst);

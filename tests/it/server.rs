@@ -25,6 +25,43 @@ struct Harness {
     _store: Option<Store>,
 }
 
+/// `[[[…]]]`, `depth` levels deep.
+fn nested(depth: usize) -> Value {
+    (1..depth).fold(json!([]), |inner, _| json!([inner]))
+}
+
+/// A task tool whose result nests deeper than a store keeps (a Rust tool may build one).
+fn deep_tool() -> Tool {
+    Tool::new(
+        "deep",
+        "Returns a result nested too deep",
+        json!({"type": "object"}),
+        TaskSupport::Required,
+        |_, _| Ok(json!({"content": [], "structuredContent": {"tree": nested(200)}})),
+    )
+}
+
+/// A task tool that asks the client with params nested deeper than a store keeps, and
+/// fails with the error it got.
+fn deep_ask_tool() -> Tool {
+    Tool::new(
+        "deep_ask",
+        "Asks with params nested too deep",
+        json!({"type": "object"}),
+        TaskSupport::Required,
+        |_, ctx| {
+            let asked = ctx.request_input(vec![(
+                "elicitation/create".to_owned(),
+                json!({"message": "?", "requestedSchema": nested(195)}),
+            )]);
+            Err(match asked {
+                Ok(_) => RpcError::internal("answered"),
+                Err(error) => error,
+            })
+        },
+    )
+}
+
 fn progress_tool() -> Tool {
     Tool::new(
         "progress",
@@ -59,10 +96,13 @@ impl Harness {
                 ..Default::default()
             }),
         };
-        for tool in demo::tools()
-            .into_iter()
-            .chain([boom_tool(), panic_tool(), progress_tool()])
-        {
+        for tool in demo::tools().into_iter().chain([
+            boom_tool(),
+            panic_tool(),
+            progress_tool(),
+            deep_tool(),
+            deep_ask_tool(),
+        ]) {
             builder = builder.tool(tool);
         }
         let server = builder.build().unwrap();
@@ -1572,4 +1612,29 @@ fn a_cancelled_plain_call_waiting_on_the_client_frees_its_worker() {
         &json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}}).to_string(),
         Box::new(|_| panic!("a response")),
     );
+}
+
+/// A result the store refuses (nested past `MAX_PAYLOAD_DEPTH`) still ends its task:
+/// failed, saying why, rather than `working` until its TTL.
+#[test]
+fn a_task_whose_result_the_store_refuses_still_ends_failed() {
+    let mut h = Harness::new();
+    let id = h.start("deep", json!({}));
+    let error = h.request("tasks/result", json!({"taskId": id}));
+    let message = error["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("refused"), "{error}");
+    let task = h.result("tasks/get", json!({"taskId": id}));
+    assert_eq!(task["status"], "failed", "{task}");
+}
+
+/// An input request the store refuses is the tool's error, not a cancellation.
+#[test]
+fn an_input_request_the_store_refuses_is_not_reported_as_a_cancellation() {
+    let mut h = Harness::new();
+    let created = h.call_2026("deep_ask", json!({}), true);
+    let id = created["result"]["taskId"].as_str().unwrap().to_string();
+    let done = h.poll_2026(&id, &["failed", "completed", "cancelled"]);
+    assert_eq!(done["status"], "failed", "{done}");
+    let error = done["error"]["message"].as_str().unwrap_or("");
+    assert!(error.contains("nests deeper"), "{done}");
 }

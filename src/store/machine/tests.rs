@@ -2109,3 +2109,44 @@ fn a_json_rpc_error_is_stored_only_with_status_failed() {
     let failed = m.store_result(at(1), id(1), None, TaskStatus::Failed, error, None);
     assert_eq!(failed.unwrap().status, TaskStatus::Failed);
 }
+
+#[test]
+fn a_restored_record_marked_expired_but_running_is_not_counted_twice() {
+    use crate::store::record::RecoveryPolicy;
+    let cfg = StoreConfig {
+        max_tasks: Some(5),
+        expiry: ExpiryPolicy::Fail {
+            grace: Duration::from_millis(100),
+        },
+        ..config()
+    };
+    // A damaged record: expired, yet still working.
+    let mut m = machine(cfg.clone());
+    create(&mut m, 0, 1);
+    let mut record = m.records().pop().unwrap();
+    record.expired = true;
+    record.ttl = Some(1_000);
+    let mut m: M =
+        StoreMachine::restore(cfg, 0x5eed, 2, [record], at(0), RecoveryPolicy::Keep).unwrap();
+    // It expires (counted once as lingering) and is reclaimed after its grace.
+    while m.handle_timeout(at(5_000), usize::MAX) {}
+    assert!(m.get(at(5_000), id(1), None).is_err());
+    // The count went back to zero: a create fits under max_tasks.
+    m.create(at(5_000), id(2), CreateTask::new()).unwrap();
+}
+
+#[test]
+fn a_restore_that_leaves_no_sequence_number_for_the_next_task_is_refused() {
+    use crate::store::record::RecoveryPolicy;
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    let mut record = m.records().pop().unwrap();
+    record.seq = (1 << 63) - 1;
+    let restored: Result<M, _> =
+        StoreMachine::restore(config(), 0x5eed, 0, [record], at(0), RecoveryPolicy::Keep);
+    assert!(
+        matches!(restored, Err(StoreError::InvalidArgument(_))),
+        "{:?}",
+        restored.err()
+    );
+}
