@@ -136,6 +136,15 @@ impl Inputs {
         true
     }
 
+    /// Forgets a server request id remembered by [`first_sight`](Self::first_sight) (a
+    /// request dropped unanswered): the id was pushed last, so it is found from the back.
+    fn forget(&mut self, id: &RequestId) {
+        self.seen.remove(id);
+        if let Some(at) = self.seen_order.iter().rposition(|seen| seen == id) {
+            self.seen_order.remove(at);
+        }
+    }
+
     /// The input counts of `task`, made on first use.
     fn task(&mut self, task: String) -> &mut TaskInputs {
         if self.per_task.len() >= self.prune_at.max(REMEMBERED)
@@ -226,45 +235,44 @@ impl Shared {
                 self.complete(&id, outcome.map_err(ClientError::Rpc))
             }
             Message::Request(request) => {
-                let refused = {
-                    let mut inputs = self.inputs.lock();
-                    let forgotten = match (&inputs.renewed_session, session) {
-                        (Some(current), Some(from)) => current != from,
-                        _ => false,
-                    };
-                    if forgotten {
-                        log::debug!(
-                            "mcp client: request {} of a forgotten session; ignored",
-                            request.id
-                        );
-                        return;
-                    }
-                    if !inputs.first_sight(&request.id) {
-                        log::debug!("mcp client: request {} arrived again; ignored", request.id);
-                        return;
-                    }
-                    let task = related_task(request.params.as_ref());
-                    if let Some(task) = &task {
-                        let entry = inputs.task(task.clone());
-                        entry.seen += 1;
-                        entry.in_flight += 1;
-                    }
-                    // Queued under the `inputs` lock (`try_send` never blocks): the
-                    // dispatcher's `input_done` for it cannot come before the count.
-                    let refused = match self.work.try_send(Work::Request(request)) {
-                        Ok(()) => return,
-                        Err(TrySendError::Full(Work::Request(request))) => Some(request),
-                        // The dispatcher stopped: the client is going away.
-                        Err(TrySendError::Disconnected(_)) => None,
-                    };
-                    if let Some(entry) = task.and_then(|t| inputs.per_task.get_mut(&t)) {
-                        entry.seen = entry.seen.saturating_sub(1);
-                        entry.in_flight = entry.in_flight.saturating_sub(1);
-                    }
-                    refused
+                let mut inputs = self.inputs.lock();
+                let forgotten = match (&inputs.renewed_session, session) {
+                    (Some(current), Some(from)) => current != from,
+                    _ => false,
                 };
+                if forgotten {
+                    log::debug!(
+                        "mcp client: request {} of a forgotten session; ignored",
+                        request.id
+                    );
+                    return;
+                }
+                if !inputs.first_sight(&request.id) {
+                    log::debug!("mcp client: request {} arrived again; ignored", request.id);
+                    return;
+                }
+                let task = related_task(request.params.as_ref());
+                if let Some(task) = &task {
+                    let entry = inputs.task(task.clone());
+                    entry.seen += 1;
+                    entry.in_flight += 1;
+                }
+                // Queued under the `inputs` lock (`try_send` never blocks): the
+                // dispatcher's `input_done` for it cannot come before the count.
+                let refused = match self.work.try_send(Work::Request(request)) {
+                    Ok(()) => return,
+                    Err(TrySendError::Full(Work::Request(request))) => Some(request),
+                    // The dispatcher stopped: the client is going away.
+                    Err(TrySendError::Disconnected(_)) => None,
+                };
+                if let Some(entry) = task.and_then(|t| inputs.per_task.get_mut(&t)) {
+                    entry.seen = entry.seen.saturating_sub(1);
+                    entry.in_flight = entry.in_flight.saturating_sub(1);
+                }
+                // Under the lock too (it never blocks): a copy arriving meanwhile must
+                // not pass for a repeat of one that is then dropped unanswered.
                 if let Some(request) = refused {
-                    self.refuse(&request);
+                    self.refuse(&request, &mut inputs);
                 }
             }
             Message::Notification(notification) => {
@@ -278,7 +286,7 @@ impl Shared {
 
     /// Answers a server request the dispatcher has no room for with "client busy", through
     /// the refusals' thread; drops it (with a warning) if that has no room either.
-    fn refuse(&self, request: &Request) {
+    fn refuse(&self, request: &Request, inputs: &mut Inputs) {
         let error = RpcError::new(
             INTERNAL_ERROR,
             format!(
@@ -289,8 +297,8 @@ impl Shared {
         let answer = jsonrpc::error_response(Some(&request.id), &error);
         if self.refusals.try_send(answer).is_err() {
             // Not answered at all: a copy that comes again (on another stream) is not a
-            // repeat to drop.
-            self.inputs.lock().seen.remove(&request.id);
+            // repeat to drop, nor is it forgotten early through a stale place in the order.
+            inputs.forget(&request.id);
             log::warn!(
                 "mcp client: too many server requests at once; {} {} dropped unanswered",
                 request.method,
@@ -661,6 +669,22 @@ mod tests {
             method: "elicitation/create".into(),
             params: Some(json!({"_meta": {RELATED_TASK: {"taskId": task}}})),
         })
+    }
+
+    #[test]
+    fn a_forgotten_request_id_leaves_no_place_in_the_order() {
+        let mut inputs = Inputs::default();
+        let first = RequestId::Number(1);
+        assert!(inputs.first_sight(&first));
+        inputs.forget(&first);
+        assert!(inputs.seen.is_empty() && inputs.seen_order.is_empty());
+        // Seen again, it is remembered as long as any id seen after it: no stale place
+        // from its first sight evicts it early.
+        assert!(inputs.first_sight(&first));
+        for id in 2..=REMEMBERED as i64 {
+            assert!(inputs.first_sight(&RequestId::Number(id)));
+        }
+        assert!(!inputs.first_sight(&first), "forgotten too early");
     }
 
     #[test]
