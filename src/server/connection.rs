@@ -1100,18 +1100,24 @@ impl Connection {
                 format!("{method} was abandoned: the task ended or the connection closed"),
             ))
         };
+        // Tells the client the request is no longer wanted (its answer would be dropped);
+        // not over a closed connection. Optional, like every notification: never blocks.
+        let withdraw = |reason: &str| {
+            if !self.closed.load(Ordering::SeqCst) {
+                let withdrawn = jsonrpc::notification(
+                    "notifications/cancelled",
+                    json!({"requestId": id, "reason": reason}),
+                );
+                let _ = self.outgoing.try_send(withdrawn);
+            }
+        };
         let Some(task) = task else {
             return crossbeam_channel::select! {
                 recv(answer) -> outcome => outcome.unwrap_or_else(|_| abandoned()),
                 recv(cancelled) -> _ => {
                     // Still pending (neither answered nor ended by a close): withdrawn.
                     if self.pending.lock().remove(&id).is_some() {
-                        let withdrawn = jsonrpc::notification(
-                            "notifications/cancelled",
-                            json!({"requestId": id, "reason": "the tool call was cancelled"}),
-                        );
-                        // Optional, like every notification: never blocks.
-                        let _ = self.outgoing.try_send(withdrawn);
+                        withdraw("the tool call was cancelled");
                     }
                     Err(cancelled_error())
                 }
@@ -1121,13 +1127,17 @@ impl Connection {
         // task that ended while we registered sent it too early, and events can be lost (a
         // subscriber that falls behind): so the task is also looked at now and then, and
         // its worker is never held for good by a question nobody will answer.
+        // When the task ends first, the request is withdrawn as for a cancelled call.
         loop {
             if self.task_ended(task) {
                 self.pending.lock().remove(&id);
             }
             match answer.recv_timeout(TASK_CHECK_INTERVAL) {
                 Ok(outcome) => return outcome,
-                Err(RecvTimeoutError::Disconnected) => return abandoned(),
+                Err(RecvTimeoutError::Disconnected) => {
+                    withdraw("the task ended");
+                    return abandoned();
+                }
                 Err(RecvTimeoutError::Timeout) => {}
             }
         }

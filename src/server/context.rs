@@ -387,7 +387,8 @@ impl TaskContext {
     /// are answered; the answers come back in the same order. The task is `input_required`
     /// meanwhile. On SEP-2663 they appear together in the task's `inputRequests`. A plain
     /// call stops waiting, with an error, once its client cancels it or its connection
-    /// closes (the request is withdrawn with `notifications/cancelled`).
+    /// closes, and a task's once the task ends (on 2025-11-25 the request is then
+    /// withdrawn with `notifications/cancelled`).
     pub fn request_input(&self, requests: Vec<(String, Value)>) -> Result<Vec<Value>, RpcError> {
         let bound = match self.binding.current() {
             Some(bound) => Some(bound),

@@ -923,6 +923,24 @@ fn a_tool_waiting_for_the_client_is_freed_when_its_task_ends_even_if_the_event_i
     assert_eq!(echoed["content"][0]["text"], "hi", "{echoed}");
 }
 
+/// A question nobody needs answered any more is withdrawn, as a cancelled plain call's is:
+/// the client can take its prompt down.
+#[test]
+fn a_request_to_the_client_is_withdrawn_when_its_task_ends() {
+    let mut h = Harness::with_workers(1);
+    h.initialize(json!({"elicitation": {}}));
+    let id = h.start("ask", json!({"question": "?"}));
+    let asked = h.next_outgoing("elicitation/create");
+    h.result("tasks/cancel", json!({"taskId": id}));
+    let withdrawn = h.next_outgoing("notifications/cancelled");
+    assert_eq!(withdrawn["params"]["requestId"], asked["id"], "{withdrawn}");
+    // A late answer to it is dropped.
+    h.connection.handle_text(
+        &json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}}).to_string(),
+        Box::new(|_| panic!("a response")),
+    );
+}
+
 #[test]
 fn lost_store_events_are_made_up_for_when_the_loss_is_reported() {
     let mut h = Harness::new();
