@@ -16,9 +16,8 @@
 //! [`poll_timeout`]: StoreMachine::poll_timeout
 //! [`handle_timeout`]: StoreMachine::handle_timeout
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 
 use serde_json::Value;
 
@@ -50,6 +49,10 @@ const MAX_INPUT_KEYS_PER_TASK: usize = 10_000;
 /// creates (2^63 of them), and far enough from `u64::MAX` that numbering new tasks never
 /// overflows. A damaged journal holding larger ones is refused, not wrapped.
 const SEQ_LIMIT: u64 = 1 << 63;
+
+/// The second key of the cursor tag's hash (the first is the store's secret): sets these
+/// tags apart from any other use of that secret.
+const CURSOR_DOMAIN: u64 = u64::from_le_bytes(*b"mcpts-cr");
 
 /// Counters describing a store's current load.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -1383,11 +1386,26 @@ impl<W> StoreMachine<W> {
 
     /// A tag that binds a cursor position to the session it was issued for, keyed with a
     /// store secret so cursors cannot be forged for another session.
+    ///
+    /// The algorithm and the bytes it reads are fixed (SipHash-2-4 keyed by the store's
+    /// secret, over the sequence number and the session, little-endian and length-prefixed),
+    /// so a cursor a client holds across a restart stays valid whatever toolchain built the
+    /// store (`DefaultHasher` and the `Hash` impls promise no such thing).
     fn cursor_tag(&self, seq: u64, session: Option<&SessionId>) -> u64 {
-        let mut hasher = DefaultHasher::new();
-        self.cursor_key.hash(&mut hasher);
-        seq.hash(&mut hasher);
-        session.map(SessionId::as_str).hash(&mut hasher);
+        // Deprecated for hashing tables, not for this: it is the one keyed hash in std
+        // whose algorithm is documented and stays put.
+        #[allow(deprecated)]
+        let mut hasher = std::hash::SipHasher::new_with_keys(self.cursor_key, CURSOR_DOMAIN);
+        hasher.write(&seq.to_le_bytes());
+        match session {
+            None => hasher.write(&[0]),
+            Some(session) => {
+                let session = session.as_str().as_bytes();
+                hasher.write(&[1]);
+                hasher.write(&(session.len() as u64).to_le_bytes());
+                hasher.write(session);
+            }
+        }
         hasher.finish()
     }
 
