@@ -717,15 +717,17 @@ fn a_length_no_buffer_can_have_is_refused() {
     assert!(store.is_null());
 }
 
-/// A pthread key's destructor runs after std has torn down the thread's locals (its own
-/// handle among them), so the library can neither keep a slot for such a caller nor count
-/// on parking it: a wait from there still gets its answer (here, its timeout), whether the
-/// thread called the library before or not.
+/// A pthread key's destructor runs after the thread's thread-locals are torn down, so the
+/// library can neither keep a slot for such a caller nor count on parking it: a wait from
+/// there still gets its answer (here, its timeout), whether the thread called the library
+/// before or not. The threads are a C host's (`pthread_create`), as the C ABI's callers'
+/// are.
 #[test]
 fn a_wait_from_a_pthread_key_destructor_gets_its_answer() {
     struct Hook {
         handle: usize,
         task: std::ffi::CString,
+        called_before: bool,
         done: std::sync::mpsc::Sender<mcpts_result>,
     }
     unsafe extern "C" fn on_thread_exit(hook: *mut libc::c_void) {
@@ -748,45 +750,55 @@ fn a_wait_from_a_pthread_key_destructor_gets_its_answer() {
         };
         let _ = hook.done.send(result);
     }
+    extern "C" fn thread_main(hook: *mut libc::c_void) -> *mut libc::c_void {
+        let handle = {
+            // SAFETY: the pointer is a live `Box<Hook>`, handed over below.
+            let hook = unsafe { &*hook.cast::<Hook>() };
+            hook.called_before.then_some(hook.handle)
+        };
+        if let Some(handle) = handle {
+            // This thread's reply slot then exists, and is torn down before the hook.
+            let mut out: *mut mcpts_bytes = ptr::null_mut();
+            // SAFETY: the handle is live; `out` is freed once.
+            unsafe {
+                let request = b"{}";
+                let created = mcpts_handle_create(
+                    handle as *const mcpts_handle,
+                    request.as_ptr(),
+                    request.len(),
+                    &mut out,
+                );
+                assert_eq!(created, mcpts_result::Ok);
+                mcpts_bytes_free(out);
+            }
+        }
+        // SAFETY: a fresh key whose destructor takes back the box.
+        unsafe {
+            let mut key: libc::pthread_key_t = 0;
+            assert_eq!(libc::pthread_key_create(&mut key, Some(on_thread_exit)), 0);
+            assert_eq!(libc::pthread_setspecific(key, hook), 0);
+        }
+        ptr::null_mut()
+    }
 
     let f = Fixture::new();
-    let handle = f.handle as usize;
     for called_before in [false, true] {
-        let task = f.create();
-        let (done_tx, done) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            if called_before {
-                // This thread's reply slot then exists, and is torn down before the hook.
-                let mut out: *mut mcpts_bytes = ptr::null_mut();
-                // SAFETY: the handle is live; `out` is freed once.
-                unsafe {
-                    let request = b"{}";
-                    let created = mcpts_handle_create(
-                        handle as *const mcpts_handle,
-                        request.as_ptr(),
-                        request.len(),
-                        &mut out,
-                    );
-                    assert_eq!(created, mcpts_result::Ok);
-                    mcpts_bytes_free(out);
-                }
-            }
-            let hook = Box::new(Hook {
-                handle,
-                task,
-                done: done_tx,
-            });
-            // SAFETY: a fresh key whose destructor takes back the box.
-            unsafe {
-                let mut key: libc::pthread_key_t = 0;
-                assert_eq!(libc::pthread_key_create(&mut key, Some(on_thread_exit)), 0);
-                assert_eq!(
-                    libc::pthread_setspecific(key, Box::into_raw(hook).cast()),
-                    0
-                );
-            }
+        let (done, answer) = std::sync::mpsc::channel();
+        let hook = Box::new(Hook {
+            handle: f.handle as usize,
+            task: f.create(),
+            called_before,
+            done,
         });
-        let answer = done.recv_timeout(std::time::Duration::from_secs(10));
+        // SAFETY: `thread_main` takes the box; the thread is joined before `f` is freed.
+        unsafe {
+            let mut thread: libc::pthread_t = 0;
+            let hook = Box::into_raw(hook).cast();
+            let started = libc::pthread_create(&mut thread, ptr::null(), thread_main, hook);
+            assert_eq!(started, 0);
+            assert_eq!(libc::pthread_join(thread, ptr::null_mut()), 0);
+        }
+        let answer = answer.recv_timeout(std::time::Duration::from_secs(10));
         assert_eq!(
             answer,
             Ok(mcpts_result::Timeout),

@@ -114,6 +114,8 @@ struct Inputs {
     seen: HashSet<RequestId>,
     /// `seen` in arrival order, oldest first, to forget the oldest.
     seen_order: VecDeque<RequestId>,
+    /// The id the last `first_sight` forgot to make room, until the next one.
+    evicted: Option<RequestId>,
     /// The size of `per_task` at which tasks with nothing in flight are next forgotten.
     prune_at: usize,
     /// The HTTP session that replaced a forgotten one, if any did: requests that still
@@ -124,6 +126,7 @@ struct Inputs {
 impl Inputs {
     /// Remembers a server request id; false if it is a repeat.
     fn first_sight(&mut self, id: &RequestId) -> bool {
+        self.evicted = None;
         if !self.seen.insert(id.clone()) {
             return false;
         }
@@ -131,6 +134,7 @@ impl Inputs {
         if self.seen_order.len() > REMEMBERED {
             if let Some(oldest) = self.seen_order.pop_front() {
                 self.seen.remove(&oldest);
+                self.evicted = Some(oldest);
             }
         }
         true
@@ -138,10 +142,16 @@ impl Inputs {
 
     /// Forgets a server request id remembered by [`first_sight`](Self::first_sight) (a
     /// request dropped unanswered): the id was pushed last, so it is found from the back.
+    /// It is called for the id the last `first_sight` took, which may have made room by
+    /// forgetting the oldest id: that one is remembered again.
     fn forget(&mut self, id: &RequestId) {
         self.seen.remove(id);
         if let Some(at) = self.seen_order.iter().rposition(|seen| seen == id) {
             self.seen_order.remove(at);
+        }
+        if let Some(oldest) = self.evicted.take() {
+            self.seen.insert(oldest.clone());
+            self.seen_order.push_front(oldest);
         }
     }
 
@@ -669,6 +679,23 @@ mod tests {
             method: "elicitation/create".into(),
             params: Some(json!({"_meta": {RELATED_TASK: {"taskId": task}}})),
         })
+    }
+
+    #[test]
+    fn forgetting_the_newest_id_brings_back_the_one_it_pushed_out() {
+        let mut inputs = Inputs::default();
+        for id in 1..=REMEMBERED as i64 {
+            assert!(inputs.first_sight(&RequestId::Number(id)));
+        }
+        let dropped = RequestId::Number(0);
+        assert!(inputs.first_sight(&dropped));
+        inputs.forget(&dropped);
+        assert!(
+            !inputs.first_sight(&RequestId::Number(1)),
+            "1 is still remembered"
+        );
+        assert_eq!(inputs.seen.len(), REMEMBERED);
+        assert_eq!(inputs.seen_order.len(), REMEMBERED);
     }
 
     #[test]

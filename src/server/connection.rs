@@ -519,10 +519,13 @@ impl Connection {
             Err(StoreError::InvalidArgument(why)) => {
                 log::warn!("task {id}: its result could not be stored: {why}");
                 let error = RpcError::internal(format!("the tool's result was refused: {why}"));
+                let message = Some(error.message.clone());
                 let outcome = Outcome::error(error.to_value());
-                let failed = store.store_result(id, session, TaskStatus::Failed, outcome, None);
-                if let Err(error) = failed {
-                    log::warn!("task {id}: could not fail it either: {error}");
+                match store.store_result(id, session, TaskStatus::Failed, outcome, message) {
+                    // (The depth is checked before the task is looked at: it may have
+                    // ended meanwhile.)
+                    Ok(_) | Err(StoreError::AlreadyTerminal(_)) | Err(StoreError::NotFound) => {}
+                    Err(error) => log::warn!("task {id}: could not fail it either: {error}"),
                 }
             }
             Err(error) => log::warn!("task {id}: could not store its result: {error}"),

@@ -1643,6 +1643,8 @@ fn a_task_whose_result_the_store_refuses_still_ends_failed() {
     assert!(message.contains("refused"), "{error}");
     let task = h.result("tasks/get", json!({"taskId": id}));
     assert_eq!(task["status"], "failed", "{task}");
+    let said = task["statusMessage"].as_str().unwrap_or("");
+    assert!(said.contains("refused"), "{task}");
 }
 
 /// An input request the store refuses is the tool's error, not a cancellation.
