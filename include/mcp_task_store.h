@@ -190,7 +190,9 @@ void mcpts_bytes_free(mcpts_bytes *bytes);
  * `MCPTS_RESULT_OK`, replaced on failure. This function does not change it. The one
  * exception: while a thread is being torn down (a call from a thread-exit hook, or from
  * an `atexit` handler on the main thread), its slot may be gone, and a failure there
- * leaves no message (this function then returns 0).
+ * leaves no message (this function then returns 0). Calls from such hooks are best
+ * effort: late in the teardown (a pthread key's destructor, say), a call that needs the
+ * Rust runtime's per-thread state, already gone, fails with `MCPTS_RESULT_PANIC`.
  *
  * Thread safety: reads only the calling thread's slot; call it from any thread.
  *

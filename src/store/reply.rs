@@ -192,10 +192,12 @@ fn this_threads_slot<T: Send + 'static>() -> Arc<ReplySlot<T>> {
         // The thread's locals are being torn down: a call from a thread-exit hook (a
         // pthread key's destructor runs after std dropped the thread's own handle, and
         // `thread::current()` then panics), or from a C host's `atexit` handler. A slot
-        // for this call alone, without a thread to unpark. (One case is left: a thread
-        // std spawned, whose first call comes from such a hook, meets `thread::current()`
-        // above with its handle gone, and the call fails with a caught panic. Threads a C
-        // host creates, and threads that called before, are fine.)
+        // for this call alone, without a thread to unpark. Best effort: once std has
+        // dropped the thread's handle, anything that asks for `thread::current()` panics
+        // (here, the slot of a thread whose first call comes that late; in crossbeam's
+        // channels, a thread id made on first use), and the call fails with a caught
+        // panic. A Rust thread-local's destructor comes early enough; a pthread key's
+        // may not.
         .unwrap_or_else(|_| fresh(None))
 }
 
