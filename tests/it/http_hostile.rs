@@ -50,7 +50,9 @@ use proptest::sample::Index;
 use proptest::test_runner::TestCaseError;
 use serde_json::{json, Value};
 
-use crate::fixtures::{demo_http_server, kind, Kind, SEP_VERSION, SUPPORTED, VERSION_KEY};
+use crate::fixtures::{
+    demo_http_server, kind, valid_id, Kind, SEP_VERSION, SUPPORTED, VERSION_KEY,
+};
 use crate::raw_http::Reply;
 
 /// Longest a connection may take to end (or an event stream to open). Only failing runs
@@ -1672,7 +1674,19 @@ fn check_rpc(body: &[u8], head: &Head, live: Option<&str>, reply: &Reply) -> Res
         }
         Kind::Request { id, method, params } => (Some(id), Some(method), params),
         Kind::Notification { method, params } => (None, Some(method), params),
-        Kind::Response => (None, None, None),
+        Kind::Response => {
+            // One that answers no request (its id, `jsonrpc` or result/error unusable) is
+            // dropped at once, whatever the session: an error back would be one more
+            // message for a peer to answer.
+            let message: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+            let routable = message.get("id").is_some_and(valid_id)
+                && message["jsonrpc"] == "2.0"
+                && message.get("result").is_some() != message.get("error").is_some();
+            if !routable {
+                return expect_empty(reply, 202);
+            }
+            (None, None, None)
+        }
     };
     let method = method.as_deref();
     let version = params
