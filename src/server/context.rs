@@ -79,54 +79,32 @@ pub(crate) struct Binding {
 }
 
 impl Binding {
-    fn bell() -> (
-        Mutex<Option<crossbeam_channel::Sender<()>>>,
-        crossbeam_channel::Receiver<()>,
-    ) {
+    fn new(state: BindingState, promotable: bool) -> Arc<Binding> {
         let (bell, rung) = crossbeam_channel::bounded(0);
-        (Mutex::new(Some(bell)), rung)
+        Arc::new(Binding {
+            state: Mutex::new(state),
+            changed: Condvar::new(),
+            promotable,
+            cancelled_inline: AtomicBool::new(false),
+            withheld: AtomicBool::new(false),
+            bell: Mutex::new(Some(bell)),
+            rung,
+        })
     }
 
     /// A run that is a task from the start.
     pub(crate) fn task(id: TaskId, token: CancelToken) -> Arc<Binding> {
-        let (bell, rung) = Binding::bell();
-        Arc::new(Binding {
-            state: Mutex::new(BindingState::Task(id, token)),
-            changed: Condvar::new(),
-            promotable: false,
-            cancelled_inline: AtomicBool::new(false),
-            withheld: AtomicBool::new(false),
-            bell,
-            rung,
-        })
+        Binding::new(BindingState::Task(id, token), false)
     }
 
     /// A plain call that never becomes a task.
     pub(crate) fn inline() -> Arc<Binding> {
-        let (bell, rung) = Binding::bell();
-        Arc::new(Binding {
-            state: Mutex::new(BindingState::Inline),
-            changed: Condvar::new(),
-            promotable: false,
-            cancelled_inline: AtomicBool::new(false),
-            withheld: AtomicBool::new(false),
-            bell,
-            rung,
-        })
+        Binding::new(BindingState::Inline, false)
     }
 
     /// A call that runs inline and may be promoted to a task.
     pub(crate) fn promotable() -> Arc<Binding> {
-        let (bell, rung) = Binding::bell();
-        Arc::new(Binding {
-            state: Mutex::new(BindingState::Inline),
-            changed: Condvar::new(),
-            promotable: true,
-            cancelled_inline: AtomicBool::new(false),
-            withheld: AtomicBool::new(false),
-            bell,
-            rung,
-        })
+        Binding::new(BindingState::Inline, true)
     }
 
     /// The client cancelled the call. Only a run still inline is affected: a task is
