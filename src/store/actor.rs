@@ -13,7 +13,7 @@ use super::clock::{Millis, Now};
 use super::config::duration_ms;
 use super::gate::Gate;
 use super::inbox::Inbox;
-use super::journal::{CompactError, Journal, Record};
+use super::journal::{CompactError, Journal, Record, Turn, SNAPSHOT_HOLD};
 use super::machine::{StoreMachine, StoreStats, Wake, WakeOutcome};
 use super::record::Change;
 pub(crate) use super::reply::Reply;
@@ -170,6 +170,9 @@ struct Outbox {
     /// With a journal, replies wait here until their batch is durable (group commit).
     journal: Option<Journal>,
     held: Vec<Held>,
+    /// With a journal, `sync` replies: answered once the batch is durable and any
+    /// compaction under way has finished, so that a barrier leaves a settled directory.
+    settled: Vec<Held>,
     /// Wake-ups taken from the machine under the lock, answered after releasing it
     /// (kept to reuse its allocation).
     wakes: Vec<Wake<ReplyTo>>,
@@ -177,6 +180,18 @@ struct Outbox {
 
 /// A reply held back until its batch is durable.
 type Held = Box<dyn FnOnce() + Send>;
+
+/// How far a call to `compaction_turn` takes compaction.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Pace {
+    /// Between batches: begin one if due, and give the walk one turn.
+    Turn,
+    /// For a barrier, and at start before serving: finish the compaction under way, if
+    /// any; then begin one if due (a log of an older format always is at start) and
+    /// finish that too. Never more than that: a log that is always due would keep the
+    /// barrier waiting for ever.
+    Finish,
+}
 
 /// Rough size of one task's record, to judge when the log has outgrown the live data.
 const RECORD_BYTES_ESTIMATE: u64 = 256;
@@ -193,6 +208,7 @@ impl StoreActor {
                 subscribers: Vec::new(),
                 journal,
                 held: Vec::new(),
+                settled: Vec::new(),
                 wakes: Vec::new(),
             },
             gate,
@@ -214,7 +230,10 @@ impl StoreActor {
                 .map_err(|e| StoreError::Journal(format!("cannot write: {e}")))?;
         }
         drop(m);
+        // A compaction due at start (a log of an older format always is) is finished
+        // before anyone is served, as it was when compaction ran in one piece.
         self.commit()
+            .and_then(|()| self.compaction_turn(Pace::Finish))
             .map_err(|e| StoreError::Journal(format!("cannot write: {e}")))
     }
 
@@ -225,7 +244,13 @@ impl StoreActor {
         let mut more_due = false;
         let mut busy = false;
         loop {
-            let Some(first) = self.next_command(&mut inbox, more_due, busy) else {
+            // A snapshot being walked is work to come back to, as expiries are.
+            let walking = self
+                .out
+                .journal
+                .as_ref()
+                .is_some_and(|j| j.walk().is_some());
+            let Some(first) = self.next_command(&mut inbox, more_due || walking, busy) else {
                 return;
             };
             busy = first.is_some();
@@ -308,44 +333,79 @@ impl StoreActor {
                 held();
             }
             self.out.release(self.shared.write());
-            self.compact_if_due()?;
+            let pace = if self.out.settled.is_empty() {
+                Pace::Turn
+            } else {
+                Pace::Finish
+            };
+            self.compaction_turn(pace)?;
+            for settled in self.out.settled.drain(..) {
+                settled();
+            }
         }
         // Without a journal everything went out as it happened: the lock stays free.
         Ok(())
     }
 
-    /// Compacts the journal when its log has outgrown the live data. A compaction that
-    /// fails without harm (the current log goes on) is only logged; `Err` when the journal
-    /// is left in a state nothing more may be acknowledged on.
-    fn compact_if_due(&mut self) -> std::io::Result<()> {
+    /// Moves compaction along (see `journal::compaction`) as `pace` says: begins one when
+    /// the log has outgrown the live data, writes (the next part of) the snapshot, and
+    /// collects one that finished. A compaction that fails without harm is only logged;
+    /// `Err` when the journal is left in a state nothing more may be acknowledged on.
+    fn compaction_turn(&mut self, pace: Pace) -> std::io::Result<()> {
         let Some(journal) = &mut self.out.journal else {
             return Ok(());
         };
-        // Other callers wait meanwhile (every command runs on this thread), but none is
-        // owed an answer: the batch went out above.
-        let m = self.shared.write();
-        if !journal.should_compact(m.len() as u64 * RECORD_BYTES_ESTIMATE) {
-            return Ok(());
+        if pace == Pace::Finish {
+            // The one under way, then (below) one more if due.
+            Self::walk_and_collect(&self.shared, journal, Pace::Finish);
         }
-        let before = journal.log_bytes();
-        let tasks = m.records();
-        let (key, seq, count) = (m.cursor_key(), m.next_seq(), tasks.len());
-        drop(m);
-        match journal.compact(key, seq, tasks) {
-            Ok(()) => {
-                log::info!(
-                    "compacted the journal: {before} bytes of log -> {count} tasks in a snapshot"
-                );
-                Ok(())
+        if !journal.compacting() {
+            let due = self.shared.look(|m| {
+                journal
+                    .should_compact(m.len() as u64 * RECORD_BYTES_ESTIMATE)
+                    .then(|| (m.cursor_key(), m.next_seq()))
+            });
+            if let Some(Some((key, seq))) = due {
+                let before = journal.log_bytes();
+                match journal.begin_compaction(key, seq) {
+                    Ok(()) => log::info!("compacting the journal: {before} bytes of log"),
+                    Err(CompactError::Abandoned(e)) => {
+                        log::warn!(
+                            "could not compact the journal ({e}); its log goes on and \
+                             compaction is tried again when the log has doubled"
+                        );
+                        return Ok(());
+                    }
+                    Err(CompactError::Broken(e)) => return Err(e),
+                }
             }
-            Err(CompactError::Abandoned(e)) => {
+        }
+        Self::walk_and_collect(&self.shared, journal, pace);
+        Ok(())
+    }
+
+    /// Gives the snapshot being walked one turn (all it needs with `Pace::Finish`), then
+    /// collects a finished compaction (waiting for it with `Pace::Finish`).
+    fn walk_and_collect(shared: &Shared, journal: &mut Journal, pace: Pace) {
+        let finish = pace == Pace::Finish;
+        if let Some(walk) = journal.walk() {
+            let hold = (!finish).then_some(SNAPSHOT_HOLD);
+            // Under the read lock: callers' reads go on meanwhile.
+            let turn = shared.look(|m| journal.walk_turn(m.records_after(walk.after), hold));
+            if let Some(Turn::Failed(e)) = turn {
                 log::warn!(
-                    "could not compact the journal ({e}); its log goes on and compaction is \
-                     tried again when the log has doubled"
+                    "could not write the journal's snapshot ({e}); the logs go on and \
+                     compaction is tried again when the log has doubled"
                 );
-                Ok(())
             }
-            Err(CompactError::Broken(e)) => Err(e),
+        }
+        match journal.collect_compaction(finish) {
+            Some(Ok(())) => log::info!("compacted the journal"),
+            Some(Err(e)) => log::warn!(
+                "could not finish the journal's snapshot ({e}); the logs go on and compaction \
+                 is tried again when the log has doubled"
+            ),
+            None => {}
         }
     }
 
@@ -552,7 +612,12 @@ impl StoreActor {
                 // A barrier: everything due by the clock's current reading (every command
                 // reads it afresh) happens first.
                 while m.handle_timeout(now, usize::MAX) {}
-                out.answer(m, reply, Ok(()));
+                if out.journal.is_some() {
+                    drop(m);
+                    out.settled.push(Box::new(move || send(reply, Ok(()))));
+                } else {
+                    out.answer(m, reply, Ok(()));
+                }
             }
             Command::Shutdown => return false,
             Command::Wake => {} // handled above, without the lock

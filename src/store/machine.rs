@@ -852,6 +852,14 @@ impl<W> StoreMachine<W> {
         })
     }
 
+    /// The full records of the live tasks created after sequence number `after` (all with
+    /// `None`), in creation order: a snapshot taken a few at a time.
+    pub fn records_after(&self, after: Option<u64>) -> impl Iterator<Item = TaskRecord> + '_ {
+        self.tasks
+            .iter_after(after)
+            .filter_map(|(_, entry)| self.record(entry.id, true))
+    }
+
     /// Every live task's full record, in creation order (a snapshot).
     pub fn records(&self) -> Vec<TaskRecord> {
         self.tasks

@@ -448,6 +448,80 @@ fn a_damaged_log_is_salvaged_on_request_keeping_what_precedes_the_damage() {
     assert_eq!(fs::read(second).unwrap(), again[hole..]);
 }
 
+/// `journal-G.log` in `dir`.
+fn log_at(dir: &Path, generation: u64) -> PathBuf {
+    dir.join(format!("journal-{generation:016x}.log"))
+}
+
+#[test]
+fn a_log_chain_with_a_gap_is_refused_and_kept() {
+    // A compaction starts the next log before its snapshot is named, so several logs
+    // can follow the newest snapshot; one missing in between lost acknowledged changes.
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path()));
+    let first = log_at(dir.path(), 0);
+    let third = log_at(dir.path(), 2);
+    fs::copy(&first, &third).unwrap();
+    let message = refused(dir.path());
+    assert!(message.contains(&third.display().to_string()), "{message}");
+    let second = log_at(dir.path(), 1).display().to_string();
+    assert!(
+        message.contains(&second),
+        "names the missing log: {message}"
+    );
+    assert!(first.exists() && third.exists(), "nothing is deleted");
+}
+
+#[test]
+fn a_broken_end_of_a_log_with_a_newer_log_after_it_is_damage_and_salvage_stops_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids: Vec<TaskId> = {
+        let store = open(dir.path());
+        (0..2)
+            .map(|_| store.create(CreateTask::new()).unwrap().task_id)
+            .collect()
+    };
+    // The chain journal-0, journal-1, the first torn at its end. A log is synced before
+    // the next one begins, so that is no crash's doing: damage.
+    let (first, second) = (log_at(dir.path(), 0), log_at(dir.path(), 1));
+    let mut bytes = fs::read(&first).unwrap();
+    let end = bytes.len();
+    let later = {
+        let store = open(dir.path());
+        store.create(CreateTask::new()).unwrap().task_id
+    };
+    let whole = fs::read(&first).unwrap();
+    fs::write(&second, &whole[end..]).unwrap();
+    bytes.extend_from_slice(&whole[end..end + 5]);
+    fs::write(&first, &bytes).unwrap();
+    let message = damage_at(dir.path(), end);
+    assert!(message.contains(&first.display().to_string()), "{message}");
+    assert!(message.contains("salvage"), "{message}");
+    // Salvaged: the first log is cut there, and the second, whose changes came after
+    // the loss, is set aside whole.
+    let mut config = journal(dir.path(), RecoveryPolicy::Keep);
+    config.salvage = true;
+    let store = Store::builder().journal(config).build().unwrap();
+    let kept: Vec<TaskId> = store
+        .list(None, None)
+        .unwrap()
+        .tasks
+        .into_iter()
+        .map(|t| t.task_id)
+        .collect();
+    assert_eq!(kept, ids);
+    assert!(!second.exists());
+    let aside = format!("{}.damaged-0", second.display());
+    assert_eq!(fs::read(aside).unwrap(), whole[end..]);
+    assert!(
+        store.get(later, None).is_err(),
+        "the set-aside log's task is lost"
+    );
+    let more = store.create(CreateTask::new()).unwrap().task_id;
+    drop(store);
+    assert_eq!(listed(dir.path()), [ids[0], ids[1], more]);
+}
+
 #[test]
 fn zeros_in_the_middle_with_records_after_them_are_damage() {
     let dir = tempfile::tempdir().unwrap();
@@ -627,7 +701,7 @@ fn a_compaction_that_cannot_write_its_snapshot_leaves_the_store_serving() {
 }
 
 #[test]
-fn a_compaction_failing_after_its_snapshot_is_named_is_undone() {
+fn a_compaction_that_cannot_start_its_log_leaves_the_store_serving() {
     let dir = tempfile::tempdir().unwrap();
     let first = open(dir.path()).create(CreateTask::new()).unwrap().task_id;
     // Opening compacts (the log is due) before it returns; every batch after that asks
@@ -636,9 +710,9 @@ fn a_compaction_failing_after_its_snapshot_is_named_is_undone() {
         .journal(compacting(dir.path()))
         .build()
         .unwrap();
-    // The next generation's log cannot be created. Its snapshot is named by then, and
-    // left named, recovery would take it for the state and drop what the current log
-    // takes from now on.
+    // The next generation's log cannot be created (a directory stands in its way): the
+    // compaction is given up before anything is named, and the store goes on with the
+    // log it has.
     let current = log_file(dir.path());
     let hex = current.file_name().unwrap().to_string_lossy();
     let hex = hex.trim_start_matches("journal-").trim_end_matches(".log");
@@ -677,6 +751,8 @@ fn compacted(dir: &Path, count: usize) -> (Vec<TaskId>, PathBuf, PathBuf) {
     let ids = (0..count)
         .map(|_| store.create(CreateTask::new()).unwrap().task_id)
         .collect();
+    // Compaction goes on after a batch is answered; the barrier finishes it.
+    store.sync().unwrap();
     drop(store);
     let named = |prefix: &str| {
         let mut found: Vec<PathBuf> = fs::read_dir(dir)
@@ -749,7 +825,7 @@ fn a_snapshot_cut_short_anywhere_is_damage_not_a_torn_tail() {
     let (ids, snapshot, _) = compacted(dir.path(), 3);
     let whole = fs::read(&snapshot).unwrap();
     let bounds = frame_bounds(&whole);
-    assert_eq!(bounds.len(), 1 + 4, "a header and three tasks");
+    assert_eq!(bounds.len(), 1 + 5, "a header, three tasks and an end");
     for cut in 0..whole.len() {
         fs::write(&snapshot, &whole[..cut]).unwrap();
         // The cut frame's start, or the cut itself when it falls between frames.
@@ -776,7 +852,8 @@ fn a_damaged_last_record_of_a_snapshot_is_damage_not_a_torn_tail() {
     let dir = tempfile::tempdir().unwrap();
     let (_, snapshot, _) = compacted(dir.path(), 3);
     let mut bytes = fs::read(&snapshot).unwrap();
-    let last = frame_bounds(&bytes)[3];
+    // A header, three tasks, and the end that counts them: the end is the last record.
+    let last = frame_bounds(&bytes)[4];
     bytes[last + 8 + 10] ^= 0x01;
     fs::write(&snapshot, &bytes).unwrap();
     let message = refused(dir.path());

@@ -2,26 +2,30 @@
 //! acknowledges it is sent (group commit: one sync per batch of commands), and the store is
 //! rebuilt from it on start.
 //!
-//! On disk, a directory holds generation `G`: `snapshot-G` (every live task at the moment
-//! generation `G` began; absent for generation 0) and `journal-G.log` (the changes since).
-//! Both are sequences of framed JSON records (see [`frame`]). A log holds one frame per
-//! group-commit batch (a JSON array of the batch's records, read back whole or not at all),
-//! so only its last frame can be torn by a crash; headers and snapshot records are framed one
-//! by one. Compaction writes `snapshot-(G+1)` (its header counts its tasks) through a
-//! synced temporary file and a rename, starts `journal-(G+1).log`, then deletes generation
-//! `G`; a crash at any point leaves a directory recovery reads correctly, because a
-//! generation's log is only ever replayed over its own snapshot. A compaction that fails
-//! is undone (the new generation's files removed) and the current log goes on. No crash tears a snapshot,
-//! so a broken or short one is damage, never a torn tail. Recovery reads
-//! the newest snapshot's generation and deletes only older ones; a log newer than that
-//! snapshot means a snapshot was lost, and is refused rather than deleted.
+//! On disk, a directory holds generation `B`: `snapshot-B` (every live task when it was
+//! written; absent for generation 0), `journal-B.log`, and the logs after it,
+//! `journal-(B+1).log` and on, each with the changes after the one before. All are
+//! sequences of framed JSON records (see [`frame`]). A log holds one frame per group-commit
+//! batch (a JSON array of the batch's records, read back whole or not at all), so only the
+//! newest log's last frame can be torn by a crash; headers and snapshot records are framed
+//! one by one. Compaction (see [`compaction`]) starts `journal-(G+1).log` at once, then
+//! writes `snapshot-(G+1)` while the store goes on serving, through a synced temporary file
+//! and a rename, and deletes what it replaces. A crash at any point leaves a directory
+//! recovery reads correctly: the newest snapshot, then its log and every newer one. A
+//! compaction that fails leaves the chain as it was, and the store goes on. No crash tears
+//! a snapshot, so a broken or short one is damage, never a torn tail. Recovery deletes only
+//! generations older than the newest snapshot; a log that does not continue the chain
+//! means a snapshot or a log was lost, and is refused rather than deleted.
 //!
 //! A store holds an exclusive lock on the directory's `LOCK` file for as long as its journal
 //! is open, so a second store (say, a restarted server overlapping the old one) is refused
 //! instead of appending to the same log. The lock is advisory and dies with its process: a
 //! `LOCK` file left behind by a crash does not block the next start.
 
+mod compaction;
 mod frame;
+
+pub(crate) use compaction::{Turn, SNAPSHOT_HOLD};
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions, TryLockError};
@@ -90,9 +94,13 @@ impl JournalConfig {
 }
 
 /// The format this build writes. Version 1 framed every log record by itself, so a crash
-/// could tear a batch in the middle; this build reads it and rewrites it as version 2 at
-/// start (see [`Journal::should_compact`]).
-const VERSION: u32 = 2;
+/// could tear a batch in the middle. Version 2 counted a snapshot's tasks in its header.
+/// Version 3 counts them in an [`End`](Record::End) record instead (a snapshot is written
+/// while the store serves, so the count is known only at the end), and a generation's log
+/// may be followed by newer logs before its snapshot is replaced (see [`compaction`]).
+/// This build reads the older ones and rewrites them at start (see
+/// [`Journal::should_compact`]).
+const VERSION: u32 = 3;
 /// The oldest format this build reads.
 const OLDEST_VERSION: u32 = 1;
 
@@ -116,6 +124,9 @@ pub(crate) enum Record {
     Put(TaskRecord),
     /// A task is gone.
     Remove { id: TaskId },
+    /// The last record of a snapshot (version 3 on): how many tasks it holds. A snapshot
+    /// cut short on a frame boundary reads as a whole file, and only this tells.
+    End { tasks: u64 },
 }
 
 /// What recovery found.
@@ -133,14 +144,21 @@ pub(crate) struct Recovered {
 #[derive(Debug)]
 pub(crate) struct Journal {
     config: JournalConfig,
+    /// The generation of the log being appended to.
     generation: u64,
+    /// The generation recovery starts from: the newest snapshot's (0 without one). The
+    /// logs from this one to `generation` form the chain recovery replays.
+    base: u64,
     log: BufWriter<File>,
     log_bytes: u64,
-    /// Size of the live data when the generation began (its snapshot), for compaction.
+    /// Size of the live data when the base generation began (its snapshot), for
+    /// compaction.
     base_bytes: u64,
     /// The batch being appended: a JSON array of records, written as one frame by
     /// [`commit`](Journal::commit).
     batch: Vec<u8>,
+    /// The compaction under way, if any (see [`compaction`]).
+    compaction: Option<compaction::Compaction>,
     /// An exclusive lock on `LOCK` in the directory, held while the journal lives: a second
     /// store appending to the same log would reuse sequence numbers and lose tasks. The
     /// operating system drops it with the file, and with a process that dies.
@@ -151,6 +169,12 @@ pub(crate) struct Journal {
     legacy: bool,
     /// After a failed compaction: no new attempt before the log holds this many bytes.
     retry_at: u64,
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.stop_compaction();
+    }
 }
 
 /// How a compaction failed.
@@ -167,33 +191,6 @@ pub(crate) enum CompactError {
 /// Prefixes an error with the path it concerns.
 fn at(path: &Path) -> impl FnOnce(io::Error) -> io::Error + '_ {
     move |e| io::Error::new(e.kind(), format!("{}: {e}", path.display()))
-}
-
-/// Writes a snapshot (its header, then every task) to `path` and syncs it; its size.
-fn write_snapshot(path: &Path, header: &Record, tasks: Vec<TaskRecord>) -> io::Result<u64> {
-    let mut out = BufWriter::new(File::create(path)?);
-    let mut bytes = frame::write_frame(&mut out, &serde_json::to_vec(header)?)? as u64;
-    for task in tasks {
-        let record = Record::Put(task);
-        bytes += frame::write_frame(&mut out, &serde_json::to_vec(&record)?)? as u64;
-    }
-    out.flush()?;
-    out.get_ref().sync_all()?;
-    Ok(bytes)
-}
-
-/// Removes a new generation's log (if it was created), then its snapshot, each removal
-/// made durable before the next: at every moment recovery finds either the new snapshot
-/// (whose log is at most a header) or the current generation.
-fn undo_generation(dir: &Path, snapshot: &Path, log: Option<&Path>) -> io::Result<()> {
-    for path in log.into_iter().chain([snapshot]) {
-        match fs::remove_file(path) {
-            Ok(()) => sync_dir(dir).map_err(at(dir))?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(at(path)(e)),
-        }
-    }
-    Ok(())
 }
 
 /// A batch buffer larger than this is not kept for reuse after its batch.
@@ -242,8 +239,29 @@ enum FileKind {
     /// `snapshot-G`: written whole to a temporary file, synced, then renamed into place, so
     /// no crash tears it. Any broken or missing end is damage.
     Snapshot,
-    /// `journal-G.log`: a crash can tear its last, unacknowledged batch, which is cut off.
+    /// `journal-G.log`, the newest: a crash can tear its last, unacknowledged batch, which
+    /// is cut off.
     Log,
+    /// A log with a newer one after it: complete before the newer one began (and synced,
+    /// under `Fsync`), so a broken end is damage too.
+    EarlierLog,
+}
+
+/// How much of a log replay kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Replayed {
+    /// Every record (a torn tail of the newest log is not one): the valid length.
+    Whole(u64),
+    /// Salvaged: cut at damage, at this length. What any newer log holds came after it.
+    Cut(u64),
+}
+
+impl Replayed {
+    fn bytes(self) -> u64 {
+        match self {
+            Replayed::Whole(bytes) | Replayed::Cut(bytes) => bytes,
+        }
+    }
 }
 
 /// The journal error for damage found in `path` at byte `offset`.
@@ -308,40 +326,63 @@ fn set_aside(path: &Path, bytes: &[u8], at: u64) -> Result<PathBuf, StoreError> 
 /// What a snapshot's records said about it, to check it is whole.
 #[derive(Default)]
 struct Tally {
-    header: bool,
-    /// The task count the header promises (absent in snapshots written before it was).
+    /// The header's format version, once read.
+    version: Option<u32>,
+    /// The task count the header (version 2) or the end (version 3) promises; absent in
+    /// snapshots written before either did.
     promised: Option<u64>,
+    /// An end was read; nothing may follow it.
+    ended: bool,
+    /// A record followed the end.
+    after_end: bool,
     puts: u64,
 }
 
 impl Tally {
     fn count(&mut self, record: &Record) {
+        self.after_end |= self.ended;
         match record {
-            Record::Header { tasks, .. } => {
-                self.header = true;
+            Record::Header { version, tasks, .. } => {
+                self.version = Some(*version);
                 self.promised = *tasks;
             }
             Record::Put(_) => self.puts += 1,
             Record::Remove { .. } => {}
+            Record::End { tasks } => {
+                self.ended = true;
+                self.promised = Some(*tasks);
+            }
         }
     }
 }
 
-/// Reads one file's records into `state`. A log's torn tail is cut off the file; damage,
-/// and any tear in a snapshot, is an error naming the file and the offset. Returns the
-/// length of the valid data.
+/// Reads one file's records into `state`. The newest log's torn tail is cut off the file;
+/// damage, and any tear in a snapshot or an earlier log, is an error naming the file and
+/// the offset (a log's damage is salvaged instead when `salvage` is set).
 fn replay(
     path: &Path,
     kind: FileKind,
     salvage: bool,
     state: &mut BTreeMap<TaskId, TaskRecord>,
     recovered: &mut Recovered,
-) -> Result<u64, StoreError> {
+) -> Result<Replayed, StoreError> {
     let bytes = fs::read(path).map_err(|e| io_error(path, "cannot read", e))?;
     let mut salvaged = false;
-    let (frames, ending) = match frame::read_frames(&bytes) {
+    let read = match frame::read_frames(&bytes) {
+        Ok((_, frame::Ending::TornTail { offset })) if kind == FileKind::EarlierLog => {
+            Err(frame::Damaged {
+                offset,
+                reason: "a log is complete before a newer one begins, so a broken record at \
+                         the end of one with a newer log after it is not a torn write (under \
+                         Flush or None durability, a power loss can leave one)"
+                    .into(),
+            })
+        }
+        read => read,
+    };
+    let (frames, ending) = match read {
         Ok(read) => read,
-        Err(damage) if kind == FileKind::Log && salvage => {
+        Err(damage) if kind != FileKind::Snapshot && salvage => {
             let at = damage.offset;
             let aside = set_aside(path, &bytes, at)?;
             log::warn!(
@@ -358,7 +399,7 @@ fn replay(
                 .map_err(|again| damaged(path, again.offset, again.reason))?;
             (frames, frame::Ending::TornTail { offset: at })
         }
-        Err(damage) if kind == FileKind::Log => {
+        Err(damage) if kind != FileKind::Snapshot => {
             return Err(damaged(
                 path,
                 damage.offset,
@@ -420,9 +461,13 @@ fn replay(
         file.set_len(offset)
             .and_then(|_| file.sync_all())
             .map_err(|e| io_error(path, "cannot truncate", e))?;
-        return Ok(offset);
+        return Ok(if salvaged {
+            Replayed::Cut(offset)
+        } else {
+            Replayed::Whole(offset)
+        });
     }
-    Ok(bytes.len() as u64)
+    Ok(Replayed::Whole(bytes.len() as u64))
 }
 
 /// Checks that a snapshot of `len` bytes holds everything its header promises: a snapshot
@@ -433,15 +478,25 @@ fn check_whole(
     len: u64,
     recovered: &mut Recovered,
 ) -> Result<(), StoreError> {
-    if !tally.header {
+    let Some(version) = tally.version else {
         return Err(damaged(path, 0, "the snapshot has no header"));
+    };
+    if tally.after_end {
+        return Err(damaged(path, len, "records follow the snapshot's end"));
+    }
+    if version >= 3 && !tally.ended {
+        return Err(damaged(
+            path,
+            len,
+            "the snapshot has no end: it was cut short",
+        ));
     }
     match tally.promised {
         Some(promised) if promised != tally.puts => Err(damaged(
             path,
             len,
             format!(
-                "the snapshot's header promises {promised} tasks and it holds {}",
+                "the snapshot promises {promised} tasks and it holds {}",
                 tally.puts
             ),
         )),
@@ -489,27 +544,58 @@ fn apply(
         Record::Remove { id } => {
             state.remove(&id);
         }
+        // Only closes a snapshot (see `Tally`); it changes no task.
+        Record::End { .. } => {}
     }
     Ok(())
 }
 
-/// Refuses a log newer than `generation`, the newest snapshot's (0 without one).
+/// The logs recovery replays over the snapshot of generation `base` (the newest; 0 when
+/// there is none): `journal-base.log` and every newer one, which must follow each other
+/// without a gap. Empty when there is no log from `base` on.
 ///
-/// Compaction renames a generation's snapshot into place, and syncs the directory, before
-/// it creates that generation's log, so a log never outlives its snapshot by a crash. A log
-/// without its snapshot means the snapshot was lost: its tasks are gone, and the log's
-/// changes cannot be applied without them. Recovering the older generation instead would
-/// delete the log and every change acknowledged since; refusing keeps both for a human.
-fn check_no_newer_log(dir: &Path, generation: u64, logs: &[u64]) -> Result<(), StoreError> {
-    match logs.last() {
-        Some(&newest) if newest > generation => Err(StoreError::Journal(format!(
-            "{} needs {}, which is missing: recovering an older generation instead would \
-             lose every change in the log; refusing to start",
-            log_path(dir, newest).display(),
-            snapshot_path(dir, newest).display(),
-        ))),
-        _ => Ok(()),
+/// Compaction starts the next log before it writes that generation's snapshot, so a chain
+/// of several logs is what a compaction under way (or one that failed) leaves. A log that
+/// does not continue the chain means a file was lost: a snapshot (its tasks are gone, and
+/// the log's changes cannot be applied without them) or a log between. Recovering the
+/// older generation alone would delete the newer logs and every change acknowledged in
+/// them; refusing keeps every file for a human.
+fn chain(dir: &Path, base: u64, logs: &[u64]) -> Result<Vec<u64>, StoreError> {
+    let chain: Vec<u64> = logs.iter().copied().filter(|g| *g >= base).collect();
+    let mut expected = base;
+    for &g in &chain {
+        if g != expected {
+            let missing = if expected == base {
+                snapshot_path(dir, g)
+            } else {
+                log_path(dir, expected)
+            };
+            return Err(StoreError::Journal(format!(
+                "{} needs {}, which is missing: recovering an older generation instead would \
+                 lose every change in the log; refusing to start",
+                log_path(dir, g).display(),
+                missing.display(),
+            )));
+        }
+        expected = g.saturating_add(1);
     }
+    Ok(chain)
+}
+
+/// Sets a whole log aside (`<path>.damaged-0`) and removes it: a salvage cut an older log
+/// of its chain, and this one's changes came after what was lost.
+fn set_aside_whole(path: &Path) -> Result<(), StoreError> {
+    let bytes = fs::read(path).map_err(|e| io_error(path, "cannot read", e))?;
+    let aside = set_aside(path, &bytes, 0)?;
+    fs::remove_file(path).map_err(|e| io_error(path, "cannot remove", e))?;
+    let dir = parent_dir(path);
+    sync_dir(dir).map_err(|e| io_error(dir, "cannot sync", e))?;
+    log::warn!(
+        "{} follows a log cut by salvage; it is set aside whole in {}",
+        path.display(),
+        aside.display()
+    );
+    Ok(())
 }
 
 /// Takes the directory's exclusive lock, or says that another store holds it.
@@ -593,40 +679,55 @@ impl Journal {
         // Before reading anything: what another store is writing is not ours to recover.
         let lock = lock_dir(dir)?;
         let (snapshots, logs) = generations(dir)?;
-        let generation = snapshots.last().copied().unwrap_or(0);
-        check_no_newer_log(dir, generation, &logs)?;
+        let base = snapshots.last().copied().unwrap_or(0);
+        let chain = chain(dir, base, &logs)?;
         let mut recovered = Recovered::default();
         let mut state = BTreeMap::new();
         let mut base_bytes = 0;
         if snapshots.last().is_some() {
             base_bytes = replay(
-                &snapshot_path(dir, generation),
+                &snapshot_path(dir, base),
                 FileKind::Snapshot,
                 false,
                 &mut state,
                 &mut recovered,
-            )?;
-        }
-        let path = log_path(dir, generation);
-        let log_bytes = if logs.contains(&generation) {
-            replay(
-                &path,
-                FileKind::Log,
-                config.salvage,
-                &mut state,
-                &mut recovered,
             )?
-        } else {
-            0
-        };
-        // Older generations (and leftovers of an interrupted compaction) are obsolete; no
-        // newer one is left (checked above).
-        for old in snapshots.iter().chain(&logs).filter(|g| **g < generation) {
+            .bytes();
+        }
+        // The logs of the chain, oldest first. Every one but the last was complete before
+        // the next began, so only the last can have a torn tail.
+        let mut log_bytes = 0;
+        let mut generation = base;
+        for (n, &g) in chain.iter().enumerate() {
+            let path = log_path(dir, g);
+            let last = n + 1 == chain.len();
+            let kind = if last {
+                FileKind::Log
+            } else {
+                FileKind::EarlierLog
+            };
+            generation = g;
+            match replay(&path, kind, config.salvage, &mut state, &mut recovered)? {
+                Replayed::Whole(bytes) => log_bytes = bytes,
+                Replayed::Cut(bytes) => {
+                    log_bytes = bytes;
+                    // Salvaged: what the later logs hold came after the damage.
+                    for &later in &chain[n + 1..] {
+                        set_aside_whole(&log_path(dir, later))?;
+                    }
+                    break;
+                }
+            }
+        }
+        // Older generations (and leftovers of an interrupted compaction) are obsolete; the
+        // chain is all that is newer.
+        for old in snapshots.iter().chain(&logs).filter(|g| **g < base) {
             let _ = fs::remove_file(snapshot_path(dir, *old));
             let _ = fs::remove_file(log_path(dir, *old));
         }
         let _ = fs::remove_file(dir.join("snapshot.tmp"));
-        let new_log = !logs.contains(&generation);
+        let path = log_path(dir, generation);
+        let new_log = chain.is_empty();
         let file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -643,10 +744,12 @@ impl Journal {
         let journal = Journal {
             config: config.clone(),
             generation,
+            base,
             log: BufWriter::with_capacity(64 * 1024, file),
             log_bytes,
             base_bytes,
             batch: Vec::new(),
+            compaction: None,
             _lock: lock,
             legacy: recovered.legacy,
             retry_at: 0,
@@ -700,7 +803,7 @@ impl Journal {
     /// Whether the log has outgrown the live data enough to compact, or was read in an
     /// older format (compacting rewrites it in this one).
     pub(crate) fn should_compact(&self, live_bytes_estimate: u64) -> bool {
-        if self.log_bytes < self.retry_at {
+        if self.compaction.is_some() || self.log_bytes < self.retry_at {
             return false;
         }
         if self.legacy {
@@ -714,102 +817,6 @@ impl Journal {
     /// Bytes written to the current log.
     pub(crate) fn log_bytes(&self) -> u64 {
         self.log_bytes
-    }
-
-    /// Starts a new generation whose snapshot holds `tasks`, then drops the old one.
-    ///
-    /// A compaction that fails part way is undone where it can be, so that recovery still
-    /// finds the current generation and everything appended to its log afterwards:
-    /// [`CompactError::Abandoned`], and the next attempt waits for the log to grow (a full
-    /// disk is the likely cause, and a snapshot needs room for all the live data). Only
-    /// when the undo fails too is the journal's state unknown: [`CompactError::Broken`].
-    pub(crate) fn compact(
-        &mut self,
-        cursor_key: u64,
-        next_seq: u64,
-        tasks: Vec<TaskRecord>,
-    ) -> Result<(), CompactError> {
-        debug_assert!(self.batch.is_empty(), "compaction runs between batches");
-        // Whatever the log holds must be in its file before a snapshot stands for it; a
-        // log that cannot take it is as broken as a failed commit.
-        self.log.flush().map_err(CompactError::Broken)?;
-        let dir = self.config.dir.clone();
-        let Some(next) = self.generation.checked_add(1) else {
-            return Err(self.abandon(io::Error::other("no generation number is left")));
-        };
-        let tmp = dir.join("snapshot.tmp");
-        let (snapshot, log) = (snapshot_path(&dir, next), log_path(&dir, next));
-        // How far the new generation got: its snapshot named, its log created.
-        let (mut named, mut created) = (false, false);
-        let staged = (|| {
-            let header = Record::Header {
-                version: VERSION,
-                generation: next,
-                cursor_key,
-                next_seq,
-                tasks: Some(tasks.len() as u64),
-            };
-            let bytes = write_snapshot(&tmp, &header, tasks).map_err(at(&tmp))?;
-            fs::rename(&tmp, &snapshot).map_err(at(&snapshot))?;
-            named = true;
-            // Named for good before the new log exists: recovery refuses a log newer
-            // than the newest snapshot.
-            sync_dir(&dir).map_err(at(&dir))?;
-            let mut new_log = BufWriter::with_capacity(
-                64 * 1024,
-                OpenOptions::new()
-                    .create(true)
-                    .truncate(true)
-                    .write(true)
-                    .open(&log)
-                    .map_err(at(&log))?,
-            );
-            created = true;
-            let header = Record::Header {
-                version: VERSION,
-                generation: next,
-                cursor_key,
-                next_seq,
-                tasks: None,
-            };
-            let header_bytes = frame::write_frame(&mut new_log, &serde_json::to_vec(&header)?)
-                .and_then(|n| {
-                    new_log.flush()?;
-                    new_log.get_ref().sync_all()?;
-                    Ok(n)
-                })
-                .map_err(at(&log))?;
-            sync_dir(&dir).map_err(at(&dir))?;
-            Ok::<_, io::Error>((bytes, new_log, header_bytes as u64))
-        })();
-        let (bytes, new_log, header_bytes) = match staged {
-            Ok(staged) => staged,
-            Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                if !named {
-                    return Err(self.abandon(e));
-                }
-                // Recovery would take the new snapshot for the current state and drop
-                // this log, and with it whatever is appended from now on: unname it.
-                let log = created.then_some(log.as_path());
-                return match undo_generation(&dir, &snapshot, log) {
-                    Ok(()) => Err(self.abandon(e)),
-                    Err(undo) => Err(CompactError::Broken(io::Error::other(format!(
-                        "{e}; undoing the new generation failed too: {undo}"
-                    )))),
-                };
-            }
-        };
-        let old = self.generation;
-        self.log = new_log;
-        self.generation = next;
-        self.log_bytes = header_bytes;
-        self.base_bytes = bytes;
-        self.legacy = false;
-        self.retry_at = 0;
-        let _ = fs::remove_file(log_path(&dir, old));
-        let _ = fs::remove_file(snapshot_path(&dir, old));
-        Ok(())
     }
 
     /// Gives up this compaction: the next waits until the log has doubled (and grown by
@@ -826,11 +833,17 @@ impl Journal {
                 format!("rewriting a log of an older format: {e}"),
             ));
         }
+        self.backoff();
+        CompactError::Abandoned(e)
+    }
+
+    /// After a failed compaction: the next waits until the log has doubled (and grown by
+    /// at least `compact_min_bytes`), so a full disk is not asked for a snapshot per batch.
+    fn backoff(&mut self) {
         self.retry_at = self
             .log_bytes
             .saturating_mul(2)
             .max(self.log_bytes.saturating_add(self.config.compact_min_bytes));
-        CompactError::Abandoned(e)
     }
 
     /// Writes the header a fresh log starts with.
@@ -984,12 +997,15 @@ mod tests {
             assert!(store.get(*id, None).is_ok());
         }
         drop(store);
-        // Opening compacted it: a version 2 snapshot now holds every task.
+        // Opening compacted it: a snapshot in this format now holds every task, and ends
+        // with their count.
         let snapshot = fs::read(only(dir.path(), "snapshot-")).unwrap();
         let (frames, _) = frame::read_frames(&snapshot).unwrap();
         let header: serde_json::Value = serde_json::from_slice(frames[0]).unwrap();
         assert_eq!(header["version"], VERSION);
-        assert_eq!(frames.len(), 1 + ids.len());
+        assert_eq!(frames.len(), 1 + ids.len() + 1);
+        let end: serde_json::Value = serde_json::from_slice(frames[ids.len() + 1]).unwrap();
+        assert_eq!(end, serde_json::json!({"kind": "end", "tasks": 3}));
         assert!(!log.exists(), "the version 1 log is gone");
     }
 
@@ -1002,32 +1018,55 @@ mod tests {
         config.compact_min_bytes = 0;
         let ids: Vec<TaskId> = {
             let store = Store::builder().journal(config).build().unwrap();
-            (0..3)
+            let ids = (0..3)
                 .map(|_| store.create(CreateTask::new()).unwrap().task_id)
-                .collect()
+                .collect();
+            store.sync().unwrap();
+            ids
         };
-        // Rewrite the snapshot as builds before the count wrote it.
         let path = only(dir.path(), "snapshot-");
         let bytes = fs::read(&path).unwrap();
         let (frames, _) = frame::read_frames(&bytes).unwrap();
-        let mut header: serde_json::Value = serde_json::from_slice(frames[0]).unwrap();
-        assert_eq!(header["tasks"], 3);
-        header.as_object_mut().unwrap().remove("tasks");
-        let mut old = Vec::new();
-        frame::write_frame(&mut old, &serde_json::to_vec(&header).unwrap()).unwrap();
-        for payload in &frames[1..] {
-            frame::write_frame(&mut old, payload).unwrap();
+        assert_eq!(frames.len(), 1 + 3 + 1, "a header, three tasks, an end");
+        // Rewrite the snapshot as version 2 wrote it (the count in its header), and as
+        // builds before that did (no count at all): both are read; the second is rewritten.
+        let rewrite = |count: Option<u64>| {
+            let mut header: serde_json::Value = serde_json::from_slice(frames[0]).unwrap();
+            header["version"] = 2.into();
+            match count {
+                Some(count) => header["tasks"] = count.into(),
+                None => drop(header.as_object_mut().unwrap().remove("tasks")),
+            }
+            let mut old = Vec::new();
+            frame::write_frame(&mut old, &serde_json::to_vec(&header).unwrap()).unwrap();
+            for payload in &frames[1..4] {
+                frame::write_frame(&mut old, payload).unwrap();
+            }
+            fs::write(&path, &old).unwrap();
+        };
+        rewrite(Some(4));
+        let Err(StoreError::Journal(message)) = Store::builder()
+            .journal(JournalConfig::new(dir.path()))
+            .build()
+        else {
+            panic!("a version 2 snapshot short of its count is damage")
+        };
+        assert!(
+            message.contains("promises 4 tasks and it holds 3"),
+            "{message}"
+        );
+        for count in [Some(3), None] {
+            rewrite(count);
+            let store = open(dir.path());
+            for id in &ids {
+                assert!(store.get(*id, None).is_ok(), "{count:?}");
+            }
+            drop(store);
         }
-        fs::write(&path, &old).unwrap();
-        let store = open(dir.path());
-        for id in &ids {
-            assert!(store.get(*id, None).is_ok());
-        }
-        drop(store);
         let bytes = fs::read(only(dir.path(), "snapshot-")).unwrap();
         let (frames, _) = frame::read_frames(&bytes).unwrap();
-        let header: serde_json::Value = serde_json::from_slice(frames[0]).unwrap();
-        assert_eq!(header["tasks"], 3, "rewritten with the count");
+        let end: serde_json::Value = serde_json::from_slice(frames[4]).unwrap();
+        assert_eq!(end["tasks"], 3, "rewritten with the count");
     }
 
     #[test]
@@ -1052,7 +1091,8 @@ mod tests {
         let StoreError::Journal(message) = err else {
             panic!("{err:?}")
         };
-        assert!(message.contains("format version 3"), "{message}");
+        let newer = format!("format version {}", VERSION + 1);
+        assert!(message.contains(&newer), "{message}");
     }
 
     /// A log holding just `header`, for generation 0 in `dir` (opened once before).

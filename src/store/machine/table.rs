@@ -120,6 +120,19 @@ impl<W> TaskTable<W> {
         Some((seq, *entry))
     }
 
+    /// The tasks created after sequence number `after` (from the first with `None`), in
+    /// creation order, with their sequence numbers.
+    pub(super) fn iter_after(&self, after: Option<u64>) -> impl Iterator<Item = (u64, &Entry<W>)> {
+        let from = match after {
+            Some(seq) => std::ops::Bound::Excluded(seq),
+            None => std::ops::Bound::Unbounded,
+        };
+        self.by_seq
+            .range((from, std::ops::Bound::Unbounded))
+            // SAFETY: as in `get`.
+            .map(|(seq, entry)| (*seq, unsafe { entry.as_ref() }))
+    }
+
     /// Every task in creation order.
     pub(super) fn iter(&self) -> impl Iterator<Item = &Entry<W>> {
         // SAFETY: as in `get`.
