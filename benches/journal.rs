@@ -2,14 +2,20 @@
 //! mode, with 1 and 8 caller threads. With fsync, group commit lets many callers share one
 //! sync, so 8 callers should get several times the rate of 1.
 //!
+//! Then what compaction costs callers: a store of 50,000 tasks under `Flush`, compacting
+//! whenever its log outgrows the live data (ratio 1, so that it does every second or so),
+//! takes updates as fast as one thread sends them while a second thread times one update
+//! every 200 us; the same with compaction off. The longest waits of the two should match.
+//!
 //! `cargo bench --bench journal` (set `JOURNAL_BENCH_SECS` to change the 2 s per figure, and
 //! `JOURNAL_BENCH_DIR` to put the journal on another disk; the default is the system's
 //! temp dir).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use mcp_task_store::{CreateTask, Durability, JournalConfig, Store, StoreBuilder};
+use mcp_task_store::{CreateTask, Durability, JournalConfig, Store, StoreBuilder, TaskStatus};
 
 fn creates_per_second(builder: StoreBuilder, threads: usize, secs: f64) -> f64 {
     let store = builder.build().expect("store");
@@ -34,6 +40,66 @@ fn creates_per_second(builder: StoreBuilder, threads: usize, secs: f64) -> f64 {
     let began = Instant::now();
     let total: u64 = workers.into_iter().map(|w| w.join().expect("worker")).sum();
     total as f64 / began.elapsed().as_secs_f64()
+}
+
+/// Waits for one update while another thread keeps the store busy with updates for
+/// `secs`: the longest wait, the 99.9th percentile, and how many snapshots were written.
+fn update_waits(
+    root: &std::path::Path,
+    tasks: usize,
+    compact: bool,
+    secs: f64,
+) -> (Duration, Duration, usize) {
+    let dir = tempfile::tempdir_in(root).expect("temp dir");
+    let mut journal = JournalConfig::new(dir.path());
+    journal.durability = Durability::Flush;
+    journal.compact_ratio = 1;
+    if !compact {
+        journal.compact_min_bytes = u64::MAX;
+    }
+    let store = Store::builder().journal(journal).build().expect("store");
+    let ids: Vec<_> = (0..tasks)
+        .map(|_| store.create(CreateTask::new()).expect("create").task_id)
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let probe = {
+        let (handle, stop, id) = (store.handle(), stop.clone(), ids[0]);
+        let dir = dir.path().to_owned();
+        std::thread::spawn(move || {
+            let mut waits = Vec::new();
+            let mut snapshots = std::collections::BTreeSet::new();
+            while !stop.load(Ordering::Relaxed) {
+                let began = Instant::now();
+                handle
+                    .update_status(id, None, TaskStatus::Working, None)
+                    .expect("update");
+                waits.push(began.elapsed());
+                if waits.len() % 64 == 0 {
+                    for entry in std::fs::read_dir(&dir).expect("dir").flatten() {
+                        let name = entry.file_name().to_string_lossy().into_owned();
+                        if name.starts_with("snapshot-") {
+                            snapshots.insert(name);
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            waits.sort_unstable();
+            let p999 = waits[waits.len() * 999 / 1000];
+            (*waits.last().expect("waits"), p999, snapshots.len())
+        })
+    };
+    let until = Instant::now() + Duration::from_secs_f64(secs);
+    let mut n = 0;
+    while Instant::now() < until {
+        let id = ids[1 + n % (tasks - 1)];
+        store
+            .update_status(id, None, TaskStatus::Working, Some(format!("step {n}")))
+            .expect("update");
+        n += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    probe.join().expect("probe")
 }
 
 fn main() {
@@ -75,4 +141,22 @@ fn main() {
         "group commit: 8 callers get {:.1}x the fsync rate of 1 (target >= 4x)",
         fsync[1] / fsync[0]
     );
+    let tasks = 50_000;
+    println!(
+        "one update's wait while another thread updates {tasks} tasks under flush ({:.0} s each)",
+        secs * 3.0
+    );
+    for compact in [true, false] {
+        let (worst, p999, snapshots) = update_waits(&root, tasks, compact, secs * 3.0);
+        let name = if compact {
+            "compacting"
+        } else {
+            "no-compaction"
+        };
+        println!(
+            "RESULT journal-{name:<13} update_wait_max {:>8.3} ms (p99.9 {:.3} ms, {snapshots} snapshots seen)",
+            worst.as_secs_f64() * 1e3,
+            p999.as_secs_f64() * 1e3
+        );
+    }
 }
