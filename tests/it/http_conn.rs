@@ -4,7 +4,7 @@
 //! nothing sleeps to synchronise (the short timeouts under test do the waiting).
 
 use std::collections::HashSet;
-use std::io::{BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -451,6 +451,65 @@ fn an_event_stream_does_not_wait_for_ever_behind_a_long_call() {
     assert_eq!(refused.status, 503, "{refused:?}");
     assert_eq!(refused.header("Connection"), Some("close"));
     assert!(closed(&mut conn));
+}
+
+/// The data of the next event on an open event stream, or `None` if the stream ended (its
+/// last chunk came) first.
+fn next_event_or_end(stream: &mut BufReader<TcpStream>) -> Option<Value> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            stream.read_line(&mut line).unwrap() > 0,
+            "the connection closed"
+        );
+        if line == "0\r\n" {
+            return None;
+        }
+        if let Some(data) = line.strip_prefix("data: ") {
+            return Some(serde_json::from_str(data.trim()).unwrap());
+        }
+    }
+}
+
+#[test]
+fn a_refused_event_stream_leaves_the_sessions_stream_open() {
+    // Only a stream that starts replaces the session's current one: a GET refused because
+    // it could not wait behind a call on its connection must not end the stream the
+    // session has, and leave it none. (The call takes forty read timeouts, as above.)
+    let http = server(HttpOptions {
+        read_timeout: Duration::from_millis(50),
+        ..HttpOptions::default()
+    });
+    let addr = http.local_addr();
+    let (mut conn, session) = open_session(addr);
+    let get = format!(
+        "GET /mcp HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\
+         Mcp-Session-Id: {session}\r\n\r\n"
+    );
+    let mut current = connect(addr);
+    send(&mut current, get.as_bytes());
+    assert_eq!(read_head(&mut current).status, 200);
+
+    let mut raw = call(2, "sleep", json!({"ms": 2000}), &session);
+    raw.extend(get.as_bytes());
+    send(&mut conn, &raw);
+    assert_eq!(read_reply(&mut conn).status, 200);
+    assert_eq!(read_reply(&mut conn).status, 503);
+
+    // The session's stream still carries its messages.
+    let mut other = connect(addr);
+    send(
+        &mut other,
+        &post_raw(
+            &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                    "params": {"name": "sleep", "arguments": {"ms": 0}, "task": {}}}),
+            Some(&session),
+        ),
+    );
+    assert_eq!(read_reply(&mut other).status, 200);
+    let event = next_event_or_end(&mut current).expect("the session's stream was ended");
+    assert_eq!(event["method"], "notifications/tasks/status");
 }
 
 #[test]

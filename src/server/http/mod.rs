@@ -842,20 +842,26 @@ fn get(state: &Arc<State>, head: &Head, responder: Responder) {
             return respond(responder, answer);
         }
     };
-    // A new stream replaces the session's current one, which ends. The client opens a new
-    // one when it takes the old for dead (a proxy or NAT dropped it without a word); the
-    // server would only notice when TCP gives up on its keep-alives, many minutes later.
-    let this_stream = Arc::new(Closer::new());
-    if let Some(old) = session.stream.lock().replace(this_stream.clone()) {
-        old.close();
-    }
     let fields = [
         ("Content-Type", "text/event-stream"),
         ("Cache-Control", "no-cache"),
     ];
-    if let Some(stream) = responder.stream(&fields) {
-        let _ = stream_events(&stream, &session, state, &this_stream);
+    let Some(stream) = responder.stream(&fields) else {
+        // Refused (it could not wait behind the answers due on its connection) or its
+        // client left: the session's current stream, if any, carries on.
+        drop(activity);
+        return;
+    };
+    // A new stream replaces the session's current one, which ends. The client opens a new
+    // one when it takes the old for dead (a proxy or NAT dropped it without a word); the
+    // server would only notice when TCP gives up on its keep-alives, many minutes later.
+    // Only once it started: until then the old one may be all the session has.
+    let this_stream = Arc::new(Closer::new());
+    if let Some(old) = session.stream.lock().replace(this_stream.clone()) {
+        old.close();
     }
+    let _ = stream_events(&stream, &session, state, &this_stream);
+    drop(stream);
     end_stream(&session, &this_stream);
     drop(activity);
 }
