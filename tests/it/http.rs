@@ -7,7 +7,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_task_store::server::{demo, HttpOptions, HttpServer, Server};
+use mcp_task_store::server::{
+    demo, text_result, HttpOptions, HttpServer, Server, TaskSupport, Tool,
+};
 use mcp_task_store::{SessionId, Store, StoreConfig, StoreError, TaskId, TaskStatus, TaskStore};
 use serde_json::{json, Value};
 
@@ -802,4 +804,36 @@ fn a_request_its_client_cancels_gets_no_response() {
         .unwrap();
     let reply = read_reply(pending);
     assert_eq!((reply.status, &reply.json()), (202, &Value::Null));
+}
+
+#[test]
+fn a_failed_bind_leaves_nothing_running() {
+    // The store cannot be subscribed to (its owner is gone), so binding fails: no thread it
+    // started may keep the server, and what it holds, alive (here: a tool's closure).
+    let store = Store::start(StoreConfig::default()).unwrap();
+    let handle = store.handle();
+    drop(store);
+    let alive = Arc::new(());
+    let held = alive.clone();
+    let tool = Tool::new(
+        "hold",
+        "Holds a reference",
+        json!({"type": "object"}),
+        TaskSupport::Optional,
+        move |_, _| {
+            let _ = &held;
+            Ok(text_result(""))
+        },
+    );
+    let server = Server::builder()
+        .store(Arc::new(handle))
+        .tool(tool)
+        .build()
+        .unwrap();
+    assert!(HttpServer::bind(server, "127.0.0.1:0", options()).is_err());
+    assert_eq!(
+        Arc::strong_count(&alive),
+        1,
+        "a thread of the failed bind still holds the server"
+    );
 }

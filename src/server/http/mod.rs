@@ -286,36 +286,38 @@ impl HttpServer {
             idle_timeout: options.idle_timeout.max(Duration::from_millis(1)),
             write_timeout: options.write_timeout.max(Duration::from_millis(1)),
         };
-        let mut threads = Vec::new();
-        let reaper_state = state.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("mcp-http-reaper".into())
-                .spawn(move || reap_idle_sessions(&reaper_state))?,
-        );
+        // Nothing that can fail comes after a thread starts, but through `http`, whose drop
+        // stops them: a thread left running holds the state, and with it the server.
         let events = state
             .server
             .store()
             .subscribe()
             .map_err(|e| io::Error::other(e.to_string()))?;
-        let events_state = state.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("mcp-http-events".into())
-                .spawn(move || route_events(&events_state, events))?,
-        );
         let handler_state = state.clone();
         let transport = Transport::start(
             listener,
             conn_options,
             Arc::new(move |request| handle(&handler_state, request)),
         )?;
-        Ok(HttpServer {
+        let mut http = HttpServer {
             addr: transport.local_addr(),
             transport,
             state,
-            threads,
-        })
+            threads: Vec::new(),
+        };
+        let reaper_state = http.state.clone();
+        http.threads.push(
+            std::thread::Builder::new()
+                .name("mcp-http-reaper".into())
+                .spawn(move || reap_idle_sessions(&reaper_state))?,
+        );
+        let events_state = http.state.clone();
+        http.threads.push(
+            std::thread::Builder::new()
+                .name("mcp-http-events".into())
+                .spawn(move || route_events(&events_state, events))?,
+        );
+        Ok(http)
     }
 
     /// The address it listens on (useful after binding port 0).
