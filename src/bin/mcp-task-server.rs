@@ -121,6 +121,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
     // What the command line said of the TTLs (`Some(None)`: `none`), applied at the end.
     let (mut default_ttl, mut max_ttl): (Option<Option<Duration>>, Option<Option<Duration>>) =
         (None, None);
+    let mut durability_given = false;
     let mut options = Options {
         store: StoreConfig::default(),
         grace: None,
@@ -149,6 +150,19 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
                 .or_else(|| args.next())
                 .ok_or_else(|| format!("{flag} needs a value"))
         };
+        // A switch given a value (`--allow-remote=no`) must not be read as the bare switch.
+        let switches = [
+            "-h",
+            "--help",
+            "-V",
+            "--version",
+            "--demo",
+            "--allow-remote",
+            "--journal-salvage",
+        ];
+        if inline.is_some() && switches.contains(&flag.as_str()) {
+            return Err(format!("{flag} takes no value"));
+        }
         match flag.as_str() {
             "-h" | "--help" => {
                 print!("{HELP}");
@@ -166,8 +180,15 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
                 })?)
             }
             "--allow-remote" => options.allow_remote = true,
-            "--data-dir" => options.journal = Some(JournalConfig::new(value()?)),
+            "--data-dir" => {
+                let dir = value()?;
+                if dir.is_empty() {
+                    return Err("--data-dir needs a value".to_string());
+                }
+                options.journal = Some(JournalConfig::new(dir));
+            }
             "--durability" => {
+                durability_given = true;
                 options.durability = match value()?.as_str() {
                     "fsync" => Durability::Fsync,
                     "flush" => Durability::Flush,
@@ -235,14 +256,25 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
         None if options.salvage => {
             return Err("--journal-salvage has no effect without --data-dir".to_string())
         }
+        None if durability_given => {
+            return Err("--durability has no effect without --data-dir".to_string())
+        }
         None => {}
     }
-    if let Some(addr) = options.http {
-        if !addr.ip().is_loopback() && !options.allow_remote {
+    match options.http {
+        // The demo talks to its server over the server's stdin and stdout.
+        Some(_) if options.demo => {
+            return Err("--demo talks to its server over stdio: leave out --http".to_string())
+        }
+        Some(addr) if !addr.ip().is_loopback() && !options.allow_remote => {
             return Err(format!(
                 "--http {addr} is not a loopback address; add --allow-remote to serve it"
             ));
         }
+        None if options.allow_remote => {
+            return Err("--allow-remote has no effect without --http".to_string())
+        }
+        _ => {}
     }
     Ok(Some(options))
 }

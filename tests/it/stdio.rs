@@ -175,13 +175,27 @@ fn bad_command_lines_are_refused_with_a_message_naming_the_flag() {
         (&["--http", "0.0.0.0:3000"], "add --allow-remote"),
         (&["--page-size", "0"], "page_size"),
         (&["--max-ttl", "0s"], "--max-ttl: '0s' is shorter than 1 ms"),
+        // A switch with a value is not the bare switch: `=no` must not turn it on.
+        (&["--allow-remote=no"], "--allow-remote takes no value"),
+        (&["--demo=false"], "--demo takes no value"),
+        // A flag that would change nothing is refused, not ignored.
+        (
+            &["--durability", "flush"],
+            "--durability has no effect without --data-dir",
+        ),
+        (
+            &["--allow-remote"],
+            "--allow-remote has no effect without --http",
+        ),
+        // The demo drives its server over stdio: with --http it would wait for ever.
+        (
+            &["--demo", "--http", "127.0.0.1:0"],
+            "--demo talks to its server over stdio",
+        ),
+        (&["--data-dir="], "--data-dir needs a value"),
     ];
     for (args, expected) in cases {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-task-server"))
-            .args(*args)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
+        let output = run_with_timeout(args);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
@@ -190,6 +204,27 @@ fn bad_command_lines_are_refused_with_a_message_naming_the_flag() {
             "{args:?}: stdout stays protocol only"
         );
     }
+}
+
+/// Runs the binary with `args` and no input, killing it if it runs past 10 s (a command line
+/// it should have refused).
+fn run_with_timeout(args: &[&str]) -> std::process::Output {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-task-server"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
 }
 
 /// Runs the binary with `args`, feeds it `requests` (one per line) and returns every
