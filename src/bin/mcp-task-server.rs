@@ -9,7 +9,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
 use mcp_task_store::server::{demo, Server};
-use mcp_task_store::{Durability, ExpiryPolicy, JournalConfig, Store, StoreConfig};
+use mcp_task_store::{Durability, ExpiryPolicy, JournalConfig, Store, StoreConfig, StoreError};
 use serde_json::{json, Value};
 
 const HELP: &str = "\
@@ -54,7 +54,7 @@ Server settings:
     --allow-remote                 let --http bind a non-loopback address
     --promote-after DURATION       how long a SEP-2663 call of a task-optional tool runs
                                    inline before it becomes a task [default: 50ms]
-    --workers N                    threads that run tools [default: 16]
+    --workers N                    threads that run tools, at most 4096 [default: 16]
     --log LEVEL                    stderr log level: off, error, warn, info, debug, trace
                                    [default: info]
     -h, --help                     print this help
@@ -92,6 +92,35 @@ fn parse_count(flag: &str, value: &str) -> Result<usize, String> {
     value
         .parse::<usize>()
         .map_err(|_| format!("{flag}: '{value}' is not a whole number"))
+}
+
+/// A limit of at least 1: leaving the flag out is how to say "no limit".
+fn parse_limit_count(flag: &str, value: &str) -> Result<usize, String> {
+    match parse_count(flag, value)? {
+        0 => Err(format!(
+            "{flag}: must be at least 1 (leave it out for no limit)"
+        )),
+        n => Ok(n),
+    }
+}
+
+/// Most tool threads `--workers` may ask for: each is a thread started up front, and far
+/// more than this fails to start (or exhausts memory) rather than serving anything faster.
+const MAX_WORKERS: usize = 4096;
+
+/// The flag that sets a store configuration field, so a refusal by the store's validation
+/// names what the user typed.
+fn flag_of(field: &str) -> Option<&'static str> {
+    Some(match field {
+        "default_ttl" => "--default-ttl",
+        "max_ttl" => "--max-ttl",
+        "poll_interval" => "--poll-interval",
+        "page_size" => "--page-size",
+        "max_tasks" => "--max-tasks",
+        "max_tasks_per_session" => "--max-tasks-per-session",
+        "expiry" => "--expiry-grace",
+        _ => return None,
+    })
 }
 
 /// A TTL of at least 1 ms, or `none` for no limit. Checked here, not only by the store's
@@ -206,9 +235,9 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
             "--max-ttl" => max_ttl = Some(parse_limit(&flag, &value()?)?),
             "--poll-interval" => options.store.poll_interval = parse_duration(&flag, &value()?)?,
             "--page-size" => options.store.page_size = parse_count(&flag, &value()?)?,
-            "--max-tasks" => options.store.max_tasks = Some(parse_count(&flag, &value()?)?),
+            "--max-tasks" => options.store.max_tasks = Some(parse_limit_count(&flag, &value()?)?),
             "--max-tasks-per-session" => {
-                options.store.max_tasks_per_session = Some(parse_count(&flag, &value()?)?)
+                options.store.max_tasks_per_session = Some(parse_limit_count(&flag, &value()?)?)
             }
             "--expiry" => match value()?.as_str() {
                 "fail" => options.remove_on_expiry = false,
@@ -220,13 +249,27 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
                 }
             },
             "--expiry-grace" => options.grace = Some(parse_duration(&flag, &value()?)?),
-            "--workers" => options.workers = parse_count(&flag, &value()?)?,
+            "--workers" => {
+                options.workers = parse_count(&flag, &value()?)?;
+                if !(1..=MAX_WORKERS).contains(&options.workers) {
+                    return Err(format!("--workers: must be between 1 and {MAX_WORKERS}"));
+                }
+            }
             "--log" => {
                 options.log = value()?
                     .parse()
                     .map_err(|_| "--log: use off, error, warn, info, debug or trace".to_string())?
             }
             other => return Err(format!("unknown argument '{other}'")),
+        }
+    }
+    if let (Some(Some(default)), Some(Some(cap))) = (default_ttl, max_ttl) {
+        if default > cap {
+            return Err(format!(
+                "--default-ttl {} is longer than --max-ttl {}",
+                humantime::format_duration(default),
+                humantime::format_duration(cap)
+            ));
         }
     }
     // The built-in TTLs give way to the ones given: a lower cap lowers the default, a longer
@@ -247,7 +290,13 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
         (false, Some(grace)) => ExpiryPolicy::Fail { grace },
         (false, None) => ExpiryPolicy::default(),
     };
-    options.store.validate().map_err(|e| e.to_string())?;
+    options.store.validate().map_err(|e| match e {
+        StoreError::InvalidConfig { field, reason } => match flag_of(field) {
+            Some(flag) => format!("{flag}: {reason}"),
+            None => format!("{field} {reason}"),
+        },
+        other => other.to_string(),
+    })?;
     match &mut options.journal {
         Some(journal) => {
             journal.durability = options.durability;

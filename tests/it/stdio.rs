@@ -173,7 +173,23 @@ fn bad_command_lines_are_refused_with_a_message_naming_the_flag() {
             "--log: use off, error, warn, info, debug or trace",
         ),
         (&["--http", "0.0.0.0:3000"], "add --allow-remote"),
-        (&["--page-size", "0"], "page_size"),
+        // The store's own checks are reported under the flag, not the config field.
+        (&["--page-size", "0"], "--page-size: must be between 1 and"),
+        (
+            &["--poll-interval", "0s"],
+            "--poll-interval: must be at least 1 ms",
+        ),
+        (&["--max-tasks", "0"], "--max-tasks: must be at least 1"),
+        (
+            &["--default-ttl", "2h", "--max-ttl", "1h"],
+            "--default-ttl 2h is longer than --max-ttl 1h",
+        ),
+        (&["--workers", "0"], "--workers: must be between 1 and"),
+        // Not a panic from a thread that cannot be spawned.
+        (
+            &["--workers", "100000000"],
+            "--workers: must be between 1 and",
+        ),
         (&["--max-ttl", "0s"], "--max-ttl: '0s' is shorter than 1 ms"),
         // A switch with a value is not the bare switch: `=no` must not turn it on.
         (&["--allow-remote=no"], "--allow-remote takes no value"),
