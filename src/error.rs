@@ -57,7 +57,8 @@ pub enum StoreError {
     /// A wait was ended early through its [`WaitStop`](crate::WaitStop) before anything
     /// happened.
     Stopped,
-    /// The store configuration is invalid; names the field.
+    /// A configuration is invalid (the store's, or a [`ServerBuilder`](crate::server::ServerBuilder)'s);
+    /// names the field.
     InvalidConfig {
         /// The offending configuration field.
         field: &'static str,
@@ -106,7 +107,7 @@ impl fmt::Display for StoreError {
             StoreError::Timeout => f.write_str("timed out waiting on the task"),
             StoreError::Stopped => f.write_str("the wait was stopped"),
             StoreError::InvalidConfig { field, reason } => {
-                write!(f, "invalid store configuration: {field} {reason}")
+                write!(f, "invalid configuration: {field} {reason}")
             }
             StoreError::Journal(why) => write!(f, "journal: {why}"),
             StoreError::Closed => f.write_str("the task store is closed"),

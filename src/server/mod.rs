@@ -176,6 +176,10 @@ impl ServerBuilder {
     }
 
     /// Starts the embedded store if needed and the worker pool.
+    ///
+    /// Fails with [`StoreError::InvalidConfig`] when `workers`, `queue` or
+    /// `max_waiting_results` is 0, or when the worker threads cannot all be started, and
+    /// with the embedded store's own error when it cannot start.
     pub fn build(self) -> Result<Server, StoreError> {
         let zero = [
             ("workers", self.workers),
@@ -190,6 +194,11 @@ impl ServerBuilder {
                 reason: "must be at least 1".into(),
             });
         }
+        let pool =
+            WorkerPool::new(self.workers, self.queue).map_err(|e| StoreError::InvalidConfig {
+                field: "workers",
+                reason: format!("could not all be started ({e})"),
+            })?;
         let (store, owned): (Arc<dyn TaskStore>, Option<Store>) = match self.store {
             Some(store) => (store, None),
             None => {
@@ -201,7 +210,7 @@ impl ServerBuilder {
             core: Arc::new(ServerCore {
                 store,
                 tools: self.tools,
-                pool: WorkerPool::new(self.workers, self.queue),
+                pool,
                 name: self.name,
                 version: self.version,
                 promote_after: self.promote_after,

@@ -23,7 +23,10 @@ pub(crate) struct WorkerPool {
 pub(crate) struct Busy;
 
 impl WorkerPool {
-    pub(crate) fn new(workers: usize, queue: usize) -> WorkerPool {
+    /// Starts the workers. If one cannot be spawned (the system is out of threads or
+    /// memory), the error is returned and the workers already started exit, as their queue
+    /// closes.
+    pub(crate) fn new(workers: usize, queue: usize) -> std::io::Result<WorkerPool> {
         let (jobs, inbox) = crossbeam_channel::bounded::<Job>(queue);
         let threads = (0..workers.max(1))
             .map(|n| {
@@ -36,13 +39,12 @@ impl WorkerPool {
                             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                         }
                     })
-                    .expect("spawn tool worker")
             })
-            .collect();
-        WorkerPool {
+            .collect::<std::io::Result<_>>()?;
+        Ok(WorkerPool {
             jobs,
             _threads: threads,
-        }
+        })
     }
 
     pub(crate) fn submit(&self, job: impl FnOnce() + Send + 'static) -> Result<(), Busy> {
