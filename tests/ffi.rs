@@ -1,7 +1,7 @@
 //! Drives the C ABI from outside Rust: builds the C library (`cdylib`), then runs the C
-//! program `tests/c/smoke.c` (plainly and under valgrind) and the Python ctypes programs
-//! `tests/python/ffi_threads.py` and `tests/python/ffi_fork.py`. gcc, valgrind and python3
-//! are required: a missing tool fails the test, it never skips.
+//! program `tests/c/smoke.c` (plainly and under valgrind), the README's C example, and the
+//! Python ctypes programs `tests/python/ffi_threads.py` and `tests/python/ffi_fork.py`.
+//! gcc, valgrind and python3 are required: a missing tool fails the test, it never skips.
 #![cfg(feature = "ffi")]
 
 use std::ffi::CStr;
@@ -102,6 +102,39 @@ fn c_smoke_under_valgrind() {
             .arg(smoke_binary()),
     );
     assert!(String::from_utf8_lossy(&output.stdout).contains("all checks passed"));
+}
+
+/// The README's C example (its one `c` block), compiled and run as written, so it cannot
+/// drift from the header.
+#[test]
+fn readme_c_example() {
+    let readme = std::fs::read_to_string(manifest_dir().join("README.md")).unwrap();
+    let (_, rest) = readme
+        .split_once("\n```c\n")
+        .expect("a ```c block in the README");
+    let (source, _) = rest
+        .split_once("\n```\n")
+        .expect("the end of the ```c block");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let (file, binary) = (dir.join("readme_example.c"), dir.join("readme-example"));
+    std::fs::write(&file, format!("{source}\n")).unwrap();
+    let lib_dir = library().parent().unwrap();
+    run(
+        "compile the README's C example",
+        Command::new("gcc")
+            .current_dir(manifest_dir())
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-Iinclude"])
+            .arg(&file)
+            .arg("-L")
+            .arg(lib_dir)
+            .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+            .args(["-lmcp_task_store", "-o"])
+            .arg(&binary),
+    );
+    let output = run("the README's C example", &mut Command::new(&binary));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains(r#""status":"completed""#), "{stdout}");
+    assert!(stdout.contains(r#""text":"done""#), "{stdout}");
 }
 
 #[test]
