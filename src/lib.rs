@@ -1,6 +1,29 @@
 //! A synchronous, runtime-free implementation of the "tasks" feature of the Model Context
 //! Protocol (MCP).
 //!
+//! # Where to start
+//!
+//! - **A task store of your own**: [`Store::builder`] configures and starts one. The
+//!   [`Store`] derefs to a [`StoreHandle`], and [`Store::handle`] makes more for other
+//!   threads: they create tasks, store results, wait for them, list and cancel (example
+//!   below). Give the builder a [`JournalConfig`] to keep tasks across restarts. Other
+//!   backends implement [`TaskStore`].
+//! - **An MCP server whose tools run as tasks**: [`server::Server::builder`] with
+//!   [`server::Tool`]s; a tool gets a [`server::TaskContext`] to report progress, see a
+//!   cancel and ask the client for input. Serve it with [`server::Server::serve_stdio`] or
+//!   [`server::HttpServer::bind`] (feature `http`, on by default). The [`server`] page has an
+//!   example.
+//! - **Calling such a server**: [`client::Client::builder`], then
+//!   [`call_tool`](client::Client::call_tool), which follows a task to its result.
+//! - **Without writing Rust**: the `mcp-task-server` binary serves demo tools over stdio or
+//!   HTTP (`cargo run --bin mcp-task-server -- --help`; `--demo` shows a whole
+//!   conversation), and the `ffi` feature builds a C library (header
+//!   `include/mcp_task_store.h`).
+//!
+//! The `examples/` directory has `store_tour` (the store alone) and `long_task` (the client
+//! following a task on the binary); the README covers the protocol decisions, the journal
+//! and the HTTP transport's limits.
+//!
 //! # Architecture
 //!
 //! One owner thread holds every task in a `BTreeMap` and serves commands from its inbox (a
