@@ -42,6 +42,26 @@ fn log_file(dir: &Path) -> PathBuf {
 }
 
 #[test]
+fn a_journal_path_that_is_not_a_directory_is_refused_plainly() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tasks");
+    fs::write(&file, b"not a journal").unwrap();
+    for (path, expected) in [
+        (
+            file.clone(),
+            format!("{} is not a directory", file.display()),
+        ),
+        (PathBuf::new(), "no directory given".to_string()),
+    ] {
+        match Store::builder().journal(JournalConfig::new(&path)).build() {
+            Err(StoreError::Journal(why)) => assert_eq!(why, expected),
+            other => panic!("{path:?}: {other:?}"),
+        }
+    }
+    assert_eq!(fs::read(&file).unwrap(), b"not a journal");
+}
+
+#[test]
 fn every_kind_of_change_survives_a_restart_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let (done, cancelled, asking, plain);

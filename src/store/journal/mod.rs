@@ -674,6 +674,17 @@ impl Journal {
     /// Opens (or creates) the journal in `config.dir` and reads back what it holds.
     pub(crate) fn open(config: &JournalConfig) -> Result<(Journal, Recovered), StoreError> {
         let dir = &config.dir;
+        // Else a file here fails creating it with "File exists", and no path with an error
+        // about a file named "".
+        if dir.as_os_str().is_empty() {
+            return Err(StoreError::Journal("no directory given".into()));
+        }
+        if dir.exists() && !dir.is_dir() {
+            return Err(StoreError::Journal(format!(
+                "{} is not a directory",
+                dir.display()
+            )));
+        }
         let created_dirs = missing_dirs(dir);
         fs::create_dir_all(dir).map_err(|e| io_error(dir, "cannot create", e))?;
         // Before reading anything: what another store is writing is not ours to recover.
