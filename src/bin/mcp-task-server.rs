@@ -489,9 +489,11 @@ fn task_id_of(created: &Value) -> Result<String, String> {
 /// A scripted client: launches this binary as a server and prints both sides.
 fn run_demo(server_args: &[String]) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // Quiet by default, so the conversation reads clearly; a --log given wins (the last
+    // one counts).
     let mut child = Command::new(exe)
-        .args(server_args)
         .args(["--log", "warn"])
+        .args(server_args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

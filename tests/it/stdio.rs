@@ -222,6 +222,24 @@ fn bad_command_lines_are_refused_with_a_message_naming_the_flag() {
     }
 }
 
+/// The README's first command: the demo plays a whole conversation with a server of its
+/// own and ends. Its server logs only warnings unless a --log says otherwise.
+#[test]
+fn the_demo_runs_to_the_end_and_honours_log() {
+    let output = run_with_timeout(&["--demo", "--log", "info"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    for step in ["# 1. Handshake", "# 5. tasks/result", "# 7. Every task"] {
+        assert!(stdout.contains(step), "{step}: {stdout}");
+    }
+    assert!(stdout.contains(r#""text":"slept 1500 ms""#), "{stdout}");
+    assert!(
+        stderr.contains("mcp-task-server: serving MCP tasks"),
+        "--log info reaches the server: {stderr}"
+    );
+}
+
 /// Runs the binary with `args` and no input, killing it if it runs past 10 s (a command line
 /// it should have refused).
 fn run_with_timeout(args: &[&str]) -> std::process::Output {
