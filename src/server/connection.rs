@@ -459,8 +459,7 @@ impl Connection {
         let id = task.task_id;
         let revision = run.revision;
         if revision == Revision::V2025 {
-            // Before the run starts, so no status change can be missed.
-            self.notified.lock().insert(id, task.status);
+            self.follow(id, task.status);
         }
         let connection = self.clone();
         let submitted = self.core.pool.submit(move || {
@@ -471,6 +470,31 @@ impl Connection {
         if submitted.is_err() {
             let busy = RpcError::internal("the server is busy; try again later");
             self.settle_task(id, revision, Err(busy), false);
+        }
+    }
+
+    /// Starts sending status notifications for task `id`, created `created`. Before the
+    /// run starts, so no change the tool makes is missed; a change made before this (a
+    /// `tasks/cancel` sent as soon as the create result arrived, a TTL that ran out) found
+    /// the task not followed yet, so the task is looked at once more: its status is
+    /// notified, and a task that ended is not followed (it would stay in the map until
+    /// the connection closes).
+    fn follow(&self, id: TaskId, created: TaskStatus) {
+        self.notified.lock().insert(id, created);
+        match self.core.store.get(id, self.session.as_ref()) {
+            Ok(task) => {
+                let last = self.notified.lock().get(&id).copied();
+                // `None`: its end was notified by the event meanwhile.
+                if last.is_some_and(|last| last != task.status) {
+                    self.handle_store_event(&StoreEvent::Status {
+                        task,
+                        session: self.session.clone(),
+                    });
+                }
+            }
+            Err(_) => {
+                self.notified.lock().remove(&id);
+            }
         }
     }
 

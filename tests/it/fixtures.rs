@@ -3,13 +3,17 @@
 
 use std::io::Write;
 use std::sync::Arc;
+use std::time::Duration;
 
 use mcp_task_store::protocol::RpcError;
 #[cfg(feature = "http")]
 use mcp_task_store::server::{demo, HttpOptions, HttpServer, Server};
 use mcp_task_store::server::{TaskSupport, Tool};
-#[cfg(feature = "http")]
-use mcp_task_store::TaskStore;
+use mcp_task_store::{
+    CancelOutcome, CancelToken, CreateTask, InputRequests, InputResponses, Outcome, SessionId,
+    StoreError, StoreEvent, StoreHandle, Task, TaskDetail, TaskId, TaskPage, TaskResult,
+    TaskStatus, TaskStore,
+};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
@@ -176,5 +180,111 @@ pub fn kind(text: &str) -> Kind {
             params,
         },
         _ => malformed,
+    }
+}
+
+/// A store that implements only what the trait requires, by passing every call to a
+/// handle: it has the trait's defaults. With `cancel_on_token`, taking a task's cancel
+/// token cancels the task first, as a `tasks/cancel` racing the task's creation would.
+pub struct OnlyRequired(StoreHandle, bool);
+
+impl OnlyRequired {
+    pub fn new(handle: StoreHandle) -> OnlyRequired {
+        OnlyRequired(handle, false)
+    }
+
+    pub fn cancel_on_token(handle: StoreHandle) -> OnlyRequired {
+        OnlyRequired(handle, true)
+    }
+}
+
+impl TaskStore for OnlyRequired {
+    fn create(&self, req: CreateTask) -> Result<Task, StoreError> {
+        self.0.create(req)
+    }
+    fn get(&self, id: TaskId, session: Option<&SessionId>) -> Result<Task, StoreError> {
+        self.0.get(id, session)
+    }
+    fn get_detail(&self, id: TaskId, s: Option<&SessionId>) -> Result<TaskDetail, StoreError> {
+        self.0.get_detail(id, s)
+    }
+    fn update_status(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        status: TaskStatus,
+        message: Option<String>,
+    ) -> Result<Task, StoreError> {
+        self.0.update_status(id, session, status, message)
+    }
+    fn store_result(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        status: TaskStatus,
+        outcome: Outcome,
+        message: Option<String>,
+    ) -> Result<Task, StoreError> {
+        self.0.store_result(id, session, status, outcome, message)
+    }
+    fn get_result(&self, id: TaskId, s: Option<&SessionId>) -> Result<TaskResult, StoreError> {
+        self.0.get_result(id, s)
+    }
+    fn wait_terminal(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        timeout: Option<Duration>,
+    ) -> Result<Task, StoreError> {
+        self.0.wait_terminal(id, session, timeout)
+    }
+    fn list(&self, s: Option<&SessionId>, cursor: Option<&str>) -> Result<TaskPage, StoreError> {
+        self.0.list(s, cursor)
+    }
+    fn cancel(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        message: Option<String>,
+    ) -> Result<CancelOutcome, StoreError> {
+        self.0.cancel(id, session, message)
+    }
+    fn set_input_requests(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        requests: InputRequests,
+    ) -> Result<Task, StoreError> {
+        self.0.set_input_requests(id, session, requests)
+    }
+    fn resolve_input(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        responses: InputResponses,
+    ) -> Result<Task, StoreError> {
+        self.0.resolve_input(id, session, responses)
+    }
+    fn wait_input(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        key: &str,
+        timeout: Option<Duration>,
+    ) -> Result<serde_json::Value, StoreError> {
+        self.0.wait_input(id, session, key, timeout)
+    }
+    fn cancel_token(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+    ) -> Result<CancelToken, StoreError> {
+        if self.1 {
+            self.0.cancel(id, session, Some("raced".into()))?;
+        }
+        self.0.cancel_token(id, session)
+    }
+    fn subscribe(&self) -> Result<crossbeam_channel::Receiver<StoreEvent>, StoreError> {
+        self.0.subscribe()
     }
 }

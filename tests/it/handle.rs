@@ -9,11 +9,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use mcp_task_store::store::STOP_POLL;
 use mcp_task_store::{
-    CancelOutcome, CancelToken, Clock, CreateTask, ExpiryPolicy, InputRequests, InputResponses,
-    LimitScope, ManualClock, Outcome, SessionId, Store, StoreError, StoreEvent, StoreHandle, Task,
-    TaskDetail, TaskId, TaskPage, TaskResult, TaskStatus, TaskStore, WaitStop,
+    Clock, CreateTask, ExpiryPolicy, LimitScope, ManualClock, Outcome, SessionId, Store,
+    StoreError, StoreEvent, StoreHandle, TaskId, TaskStatus, TaskStore, WaitStop,
 };
 use serde_json::json;
+
+use crate::fixtures::OnlyRequired;
 
 fn manual_store(clock: &ManualClock) -> Store {
     Store::builder().clock(clock.clone()).build().unwrap()
@@ -883,103 +884,11 @@ fn every_listing_walk_during_concurrent_updates_has_each_task_exactly_once() {
     }
 }
 
-/// A store that implements only what the trait requires, by passing every call to a
-/// handle: it has the trait's defaults.
-struct OnlyRequired(StoreHandle);
-
-impl TaskStore for OnlyRequired {
-    fn create(&self, req: CreateTask) -> Result<Task, StoreError> {
-        self.0.create(req)
-    }
-    fn get(&self, id: TaskId, session: Option<&SessionId>) -> Result<Task, StoreError> {
-        self.0.get(id, session)
-    }
-    fn get_detail(&self, id: TaskId, s: Option<&SessionId>) -> Result<TaskDetail, StoreError> {
-        self.0.get_detail(id, s)
-    }
-    fn update_status(
-        &self,
-        id: TaskId,
-        session: Option<&SessionId>,
-        status: TaskStatus,
-        message: Option<String>,
-    ) -> Result<Task, StoreError> {
-        self.0.update_status(id, session, status, message)
-    }
-    fn store_result(
-        &self,
-        id: TaskId,
-        session: Option<&SessionId>,
-        status: TaskStatus,
-        outcome: Outcome,
-        message: Option<String>,
-    ) -> Result<Task, StoreError> {
-        self.0.store_result(id, session, status, outcome, message)
-    }
-    fn get_result(&self, id: TaskId, s: Option<&SessionId>) -> Result<TaskResult, StoreError> {
-        self.0.get_result(id, s)
-    }
-    fn wait_terminal(
-        &self,
-        id: TaskId,
-        session: Option<&SessionId>,
-        timeout: Option<Duration>,
-    ) -> Result<Task, StoreError> {
-        self.0.wait_terminal(id, session, timeout)
-    }
-    fn list(&self, s: Option<&SessionId>, cursor: Option<&str>) -> Result<TaskPage, StoreError> {
-        self.0.list(s, cursor)
-    }
-    fn cancel(
-        &self,
-        id: TaskId,
-        session: Option<&SessionId>,
-        message: Option<String>,
-    ) -> Result<CancelOutcome, StoreError> {
-        self.0.cancel(id, session, message)
-    }
-    fn set_input_requests(
-        &self,
-        id: TaskId,
-        session: Option<&SessionId>,
-        requests: InputRequests,
-    ) -> Result<Task, StoreError> {
-        self.0.set_input_requests(id, session, requests)
-    }
-    fn resolve_input(
-        &self,
-        id: TaskId,
-        session: Option<&SessionId>,
-        responses: InputResponses,
-    ) -> Result<Task, StoreError> {
-        self.0.resolve_input(id, session, responses)
-    }
-    fn wait_input(
-        &self,
-        id: TaskId,
-        session: Option<&SessionId>,
-        key: &str,
-        timeout: Option<Duration>,
-    ) -> Result<serde_json::Value, StoreError> {
-        self.0.wait_input(id, session, key, timeout)
-    }
-    fn cancel_token(
-        &self,
-        id: TaskId,
-        session: Option<&SessionId>,
-    ) -> Result<CancelToken, StoreError> {
-        self.0.cancel_token(id, session)
-    }
-    fn subscribe(&self) -> Result<crossbeam_channel::Receiver<StoreEvent>, StoreError> {
-        self.0.subscribe()
-    }
-}
-
 #[test]
 fn the_default_stoppable_wait_sees_its_stop_between_slices_and_keeps_its_timeout() {
     let clock = ManualClock::new();
     let store = manual_store(&clock);
-    let plain = Arc::new(OnlyRequired(store.handle()));
+    let plain = Arc::new(OnlyRequired::new(store.handle()));
     let id = store.create(CreateTask::new()).unwrap().task_id;
     let wait = |timeout: Option<Duration>, stop: &WaitStop| {
         let (plain, stop) = (plain.clone(), stop.clone());

@@ -8,10 +8,10 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 use mcp_task_store::protocol::RpcError;
 use mcp_task_store::server::{demo, text_result, Connection, Server, TaskSupport, Tool};
-use mcp_task_store::{ManualClock, Store, StoreHandle};
+use mcp_task_store::{ManualClock, Store, StoreHandle, TaskStore};
 use serde_json::{json, Value};
 
-use crate::fixtures::{boom_tool, panic_tool};
+use crate::fixtures::{boom_tool, panic_tool, OnlyRequired};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -79,6 +79,7 @@ fn progress_tool() -> Tool {
 
 impl Harness {
     fn with_store(store: Option<StoreHandle>, page_size: usize) -> Harness {
+        let store = store.map(|handle| Arc::new(handle) as Arc<dyn TaskStore>);
         Harness::build(store, page_size, 4)
     }
 
@@ -87,10 +88,10 @@ impl Harness {
         Harness::build(None, 100, workers)
     }
 
-    fn build(store: Option<StoreHandle>, page_size: usize, workers: usize) -> Harness {
+    fn build(store: Option<Arc<dyn TaskStore>>, page_size: usize, workers: usize) -> Harness {
         let mut builder = Server::builder().workers(workers);
         builder = match store {
-            Some(handle) => builder.store(Arc::new(handle)),
+            Some(store) => builder.store(store),
             None => builder.store_config(mcp_task_store::StoreConfig {
                 page_size,
                 ..Default::default()
@@ -801,6 +802,26 @@ fn status_changes_are_notified() {
     assert_eq!(notification["params"]["taskId"], id.as_str());
     assert_eq!(notification["params"]["status"], "completed");
     assert!(notification["params"].get("ttl").is_some());
+}
+
+#[test]
+fn a_task_that_ends_before_the_server_follows_it_is_notified_all_the_same() {
+    // The store cancels the task as soon as it exists, before the server starts to follow
+    // it (as a `tasks/cancel` sent the moment the create result arrived can): the event
+    // found it not followed yet, and the server must not take it for `working` for ever.
+    let owned = Store::builder().build().unwrap();
+    let store = Arc::new(OnlyRequired::cancel_on_token(owned.handle()));
+    let h = &mut Harness::build(Some(store), 100, 4);
+    h._store = Some(owned);
+    let _pump = h.pump_events();
+    let id = h.start("sleep", json!({"ms": 60000}));
+    let notification = h.next_outgoing("notifications/tasks/status");
+    assert_eq!(notification["params"]["taskId"], id.as_str());
+    assert_eq!(notification["params"]["status"], "cancelled");
+    assert_eq!(
+        h.result("tasks/get", json!({"taskId": id}))["status"],
+        "cancelled"
+    );
 }
 
 #[test]
