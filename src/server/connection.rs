@@ -712,6 +712,7 @@ impl Connection {
             peer,
         )
         .with_call_responses(run.responses.clone())
+        .with_places(self.core.pool.places())
     }
 
     /// Reacts to a store event: a status notification for this connection's tasks, and an

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use serde_json::{json, Value};
 
+use super::pool::Places;
 use crate::model::{InputRequests, SessionId, TaskId, TaskStatus};
 use crate::protocol::jsonrpc::INTERNAL_ERROR;
 use crate::protocol::{v2025, Revision, RpcError};
@@ -241,6 +242,8 @@ pub struct TaskContext {
     peer: Arc<dyn ClientPeer>,
     next_key: AtomicU64,
     call_responses: Option<Value>,
+    /// The worker pool's places, lent while the tool waits on its client.
+    places: Option<Places>,
 }
 
 impl fmt::Debug for TaskContext {
@@ -269,6 +272,22 @@ impl TaskContext {
             peer,
             next_key: AtomicU64::new(1),
             call_responses: None,
+            places: None,
+        }
+    }
+
+    /// Lends the tool's worker-pool place through `places` whenever it waits on its
+    /// client (see `pool`).
+    pub(crate) fn with_places(mut self, places: Places) -> TaskContext {
+        self.places = Some(places);
+        self
+    }
+
+    /// Runs `wait`, a wait on the client, with the tool's pool place lent meanwhile.
+    fn waiting_on_client<R>(&self, wait: impl FnOnce() -> R) -> R {
+        match &self.places {
+            Some(places) => places.lend(wait),
+            None => wait(),
         }
     }
 
@@ -376,10 +395,12 @@ impl TaskContext {
         };
         let Some((id, _)) = bound else {
             return match self.revision {
-                Revision::V2025 => requests
-                    .into_iter()
-                    .map(|(method, params)| self.peer.request(&method, params, None))
-                    .collect(),
+                Revision::V2025 => self.waiting_on_client(|| {
+                    requests
+                        .into_iter()
+                        .map(|(method, params)| self.peer.request(&method, params, None))
+                        .collect()
+                }),
                 Revision::Sep2663 => Err(RpcError::new(
                     INTERNAL_ERROR,
                     "this call runs without a task, so it cannot ask for input",
@@ -397,13 +418,15 @@ impl TaskContext {
         self.store
             .update_status(id, session, TaskStatus::InputRequired, None)
             .map_err(ended_or_internal)?;
-        let answers: Result<Vec<Value>, RpcError> = requests
-            .into_iter()
-            .map(|(method, params)| {
-                self.peer
-                    .request(&method, v2025::with_related_task(params, id), Some(id))
-            })
-            .collect();
+        let answers: Result<Vec<Value>, RpcError> = self.waiting_on_client(|| {
+            requests
+                .into_iter()
+                .map(|(method, params)| {
+                    self.peer
+                        .request(&method, v2025::with_related_task(params, id), Some(id))
+                })
+                .collect()
+        });
         // Back to work, unless the task ended meanwhile (then this fails harmlessly).
         let _ = self
             .store
@@ -428,16 +451,20 @@ impl TaskContext {
         self.store
             .set_input_requests(id, session, pending)
             .map_err(ended_or_internal)?;
-        keys.iter()
-            .map(|key| {
-                self.store
-                    .wait_input(id, session, key, None)
-                    .map_err(|e| match e {
-                        StoreError::AlreadyTerminal(_) | StoreError::NotFound => Cancelled.into(),
-                        other => RpcError::internal(other),
-                    })
-            })
-            .collect()
+        self.waiting_on_client(|| {
+            keys.iter()
+                .map(|key| {
+                    self.store
+                        .wait_input(id, session, key, None)
+                        .map_err(|e| match e {
+                            StoreError::AlreadyTerminal(_) | StoreError::NotFound => {
+                                Cancelled.into()
+                            }
+                            other => RpcError::internal(other),
+                        })
+                })
+                .collect()
+        })
     }
 }
 

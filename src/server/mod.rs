@@ -138,7 +138,9 @@ impl ServerBuilder {
         self
     }
 
-    /// Worker threads that run tools (default 16).
+    /// Worker threads that run tools (default 16). A tool waiting on its client
+    /// (elicitation, sampling, SEP-2663 input) does not count: a stand-in thread takes its
+    /// place meanwhile (at most 1,024 stand-ins at once).
     pub fn workers(mut self, workers: usize) -> Self {
         self.workers = workers;
         self

@@ -1,13 +1,38 @@
-//! A fixed pool of worker threads with a bounded queue, so a flood of calls cannot spawn
+//! A pool of worker threads with a bounded queue, so a flood of calls cannot spawn
 //! unbounded threads.
+//!
+//! A tool that waits for its client (an elicitation, a sampling request, SEP-2663 input)
+//! may wait for minutes, or until its task's TTL when the client never answers. Holding a
+//! pool place meanwhile let a handful of unanswered prompts stop every other call (with
+//! the default 16 workers, 16 of them did). A waiting tool lends its place instead: while
+//! it waits, a stand-in thread serves the queue, so `workers` threads are always free to
+//! run tools, and a stand-in that is no longer needed leaves. Stand-ins are capped
+//! ([`MAX_STAND_INS`]); past that, a waiting tool keeps its place, as before.
 
+use std::cell::Cell;
+use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
-use crossbeam_channel::{Sender, TrySendError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use parking_lot::Mutex;
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// Runs jobs on `workers` threads; refuses new jobs when the queue is full.
+/// Most stand-in threads at once, across a pool: each is a thread blocked on a client,
+/// and a client that never answers must not make a server spawn without bound.
+pub(crate) const MAX_STAND_INS: usize = 1024;
+
+/// How long a surplus thread waits for a job before it leaves.
+const SURPLUS_IDLE: Duration = Duration::from_secs(5);
+
+thread_local! {
+    /// Set on the pool's own threads: only they have a place to lend.
+    static IN_POOL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs jobs on `workers` threads (plus stand-ins for workers waiting on a client);
+/// refuses new jobs when the queue is full.
 ///
 /// Dropping the pool closes the queue; workers finish their current job and exit. They are
 /// not joined, since a tool may block for a long time (an unanswered elicitation, say) and
@@ -15,8 +40,39 @@ type Job = Box<dyn FnOnce() + Send>;
 #[derive(Debug)]
 pub(crate) struct WorkerPool {
     jobs: Sender<Job>,
+    places: Places,
     _threads: Vec<JoinHandle<()>>,
 }
+
+/// What the pool's threads share: the queue, and how many threads serve it.
+#[derive(Debug)]
+struct Shared {
+    inbox: Receiver<Job>,
+    workers: usize,
+    counts: Mutex<Counts>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    /// Threads alive (workers and stand-ins).
+    threads: usize,
+    /// Of those, how many are waiting on a client with their place lent.
+    lent: usize,
+    /// Numbers the next stand-in's thread name.
+    named: usize,
+}
+
+impl Counts {
+    /// Threads free to run jobs.
+    fn serving(&self) -> usize {
+        self.threads - self.lent
+    }
+}
+
+/// A handle through which a job lends its pool place while it waits (see
+/// [`lend`](Places::lend)). Cheap to clone.
+#[derive(Clone, Debug)]
+pub(crate) struct Places(Arc<Shared>);
 
 /// The job was refused: the queue is full (or the pool is shutting down).
 #[derive(Debug)]
@@ -28,21 +84,22 @@ impl WorkerPool {
     /// closes.
     pub(crate) fn new(workers: usize, queue: usize) -> std::io::Result<WorkerPool> {
         let (jobs, inbox) = crossbeam_channel::bounded::<Job>(queue);
-        let threads = (0..workers.max(1))
-            .map(|n| {
-                let inbox = inbox.clone();
-                std::thread::Builder::new()
-                    .name(format!("mcp-tool-{n}"))
-                    .spawn(move || {
-                        for job in inbox {
-                            // A panicking tool must not take its worker down with it.
-                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-                        }
-                    })
-            })
+        let workers = workers.max(1);
+        let shared = Arc::new(Shared {
+            inbox,
+            workers,
+            counts: Mutex::new(Counts {
+                threads: workers,
+                lent: 0,
+                named: workers,
+            }),
+        });
+        let threads = (0..workers)
+            .map(|n| spawn(&shared, format!("mcp-tool-{n}")))
             .collect::<std::io::Result<_>>()?;
         Ok(WorkerPool {
             jobs,
+            places: Places(shared),
             _threads: threads,
         })
     }
@@ -51,5 +108,129 @@ impl WorkerPool {
         self.jobs.try_send(Box::new(job)).map_err(|e| match e {
             TrySendError::Full(_) | TrySendError::Disconnected(_) => Busy,
         })
+    }
+
+    /// The handle jobs lend their places through.
+    pub(crate) fn places(&self) -> Places {
+        self.places.clone()
+    }
+}
+
+impl Places {
+    /// Runs `wait` (a wait on the client) with this thread's pool place lent to a stand-in,
+    /// when called on one of the pool's threads and the cap allows; otherwise just runs it.
+    pub(crate) fn lend<R>(&self, wait: impl FnOnce() -> R) -> R {
+        if !IN_POOL.with(Cell::get) {
+            return wait();
+        }
+        let shared = &self.0;
+        let stand_in = {
+            let mut counts = shared.counts.lock();
+            counts.lent += 1;
+            let short = counts.serving() < shared.workers;
+            let room = counts.threads < shared.workers + MAX_STAND_INS;
+            (short && room).then(|| {
+                counts.threads += 1;
+                counts.named += 1;
+                counts.named - 1
+            })
+        };
+        if let Some(n) = stand_in {
+            if let Err(e) = spawn(shared, format!("mcp-tool-{n}")) {
+                log::warn!("no stand-in for a tool waiting on its client: {e}");
+                shared.counts.lock().threads -= 1;
+            }
+        }
+        // Taken back however the wait ends, panics included.
+        struct Back<'a>(&'a Shared);
+        impl Drop for Back<'_> {
+            fn drop(&mut self) {
+                self.0.counts.lock().lent -= 1;
+            }
+        }
+        let _back = Back(shared);
+        wait()
+    }
+}
+
+/// Starts a thread serving the queue (its count is taken already).
+fn spawn(shared: &Arc<Shared>, name: String) -> std::io::Result<JoinHandle<()>> {
+    let shared = shared.clone();
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || serve(&shared))
+}
+
+/// A pool thread's life: run jobs until the queue closes, or until it is surplus (more
+/// threads free than `workers`, once a waiting job got its place back).
+fn serve(shared: &Shared) {
+    IN_POOL.with(|in_pool| in_pool.set(true));
+    loop {
+        match shared.inbox.recv_timeout(SURPLUS_IDLE) {
+            Ok(job) => {
+                // A panicking tool must not take its worker down with it.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        let mut counts = shared.counts.lock();
+        if counts.serving() > shared.workers {
+            counts.threads -= 1;
+            return;
+        }
+    }
+    shared.counts.lock().threads -= 1;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With one worker, jobs that wait on something lend their place: a later job runs
+    /// meanwhile, and the stand-ins leave once the waits are over.
+    #[test]
+    fn a_waiting_job_lends_its_place_and_the_stand_in_leaves_after() {
+        let pool = WorkerPool::new(1, 16).unwrap();
+        let (release, released) = crossbeam_channel::unbounded::<()>();
+        let (done, finished) = crossbeam_channel::unbounded::<&str>();
+        for _ in 0..3 {
+            let (places, released, done) = (pool.places(), released.clone(), done.clone());
+            pool.submit(move || {
+                places.lend(|| released.recv().unwrap());
+                done.send("waiter").unwrap();
+            })
+            .unwrap();
+        }
+        let done_quick = done.clone();
+        pool.submit(move || done_quick.send("quick").unwrap())
+            .unwrap();
+        assert_eq!(
+            finished.recv_timeout(Duration::from_secs(10)),
+            Ok("quick"),
+            "three jobs wait, and one worker: the fourth runs on a stand-in"
+        );
+        assert_eq!(pool.places.0.counts.lock().threads, 4);
+        for _ in 0..3 {
+            release.send(()).unwrap();
+        }
+        for _ in 0..3 {
+            assert_eq!(finished.recv_timeout(Duration::from_secs(10)), Ok("waiter"));
+        }
+        // Each thread, after its job, sees whether it is surplus; three of four are.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while pool.places.0.counts.lock().threads > 1 {
+            assert!(std::time::Instant::now() < deadline, "stand-ins stayed");
+            std::thread::yield_now();
+        }
+    }
+
+    /// Off the pool's threads there is no place to lend: nothing is spawned.
+    #[test]
+    fn lending_off_the_pool_runs_the_wait_and_spawns_nothing() {
+        let pool = WorkerPool::new(2, 4).unwrap();
+        assert_eq!(pool.places().lend(|| 7), 7);
+        let counts = pool.places.0.counts.lock();
+        assert_eq!((counts.threads, counts.lent), (2, 0));
     }
 }

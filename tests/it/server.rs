@@ -944,6 +944,32 @@ fn a_tool_waiting_for_the_client_is_freed_when_its_task_ends_even_if_the_event_i
     assert_eq!(echoed["content"][0]["text"], "hi", "{echoed}");
 }
 
+#[test]
+fn tools_waiting_on_the_client_do_not_hold_the_workers() {
+    // One worker, and three tasks whose tools wait for an answer that does not come: each
+    // lends its place while it waits, so the next call still runs.
+    let mut h = Harness::with_workers(1);
+    h.initialize(json!({"elicitation": {}}));
+    let asking: Vec<String> = (0..3)
+        .map(|_| {
+            let id = h.start("ask", json!({"question": "?"}));
+            h.next_outgoing("elicitation/create");
+            id
+        })
+        .collect();
+    let id = h.start("sleep", json!({"ms": 0}));
+    let result = h.result("tasks/result", json!({"taskId": id}));
+    assert_eq!(result["content"][0]["text"], "slept 0 ms", "{result}");
+    let echoed = h.result(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "hi"}}),
+    );
+    assert_eq!(echoed["content"][0]["text"], "hi", "{echoed}");
+    for id in asking {
+        h.result("tasks/cancel", json!({"taskId": id}));
+    }
+}
+
 /// A question nobody needs answered any more is withdrawn, as a cancelled plain call's is:
 /// the client can take its prompt down.
 #[test]
@@ -1205,6 +1231,19 @@ fn a_legacy_task_param_of_any_shape_is_ignored_where_it_means_nothing() {
         );
         assert_eq!(slept, text_result("slept 1 ms"), "{task}");
     }
+}
+
+#[test]
+fn sep2663_tools_waiting_for_input_do_not_hold_the_workers() {
+    let mut h = Harness::with_workers(1);
+    for _ in 0..2 {
+        let created = h.call_2026("multi_input", json!({}), true);
+        let id = created["result"]["taskId"].as_str().unwrap().to_string();
+        h.poll_2026(&id, &["input_required"]);
+    }
+    let created = h.call_2026("sleep_required", json!({"ms": 0}), true);
+    let id = created["result"]["taskId"].as_str().unwrap().to_string();
+    h.poll_2026(&id, &["completed"]);
 }
 
 #[test]
