@@ -543,6 +543,74 @@ fn a_broken_end_of_a_log_with_a_newer_log_after_it_is_damage_and_salvage_stops_t
 }
 
 #[test]
+fn a_salvage_that_cannot_set_a_newer_log_aside_leaves_the_damage_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids: Vec<TaskId> = {
+        let store = open(dir.path());
+        (0..2)
+            .map(|_| store.create(CreateTask::new()).unwrap().task_id)
+            .collect()
+    };
+    // The chain journal-0, journal-1, the first with a broken end, as above.
+    let (first, second) = (log_at(dir.path(), 0), log_at(dir.path(), 1));
+    let mut bytes = fs::read(&first).unwrap();
+    let end = bytes.len();
+    let later = {
+        let store = open(dir.path());
+        store.create(CreateTask::new()).unwrap().task_id
+    };
+    let whole = fs::read(&first).unwrap();
+    fs::write(&second, &whole[end..]).unwrap();
+    bytes.extend_from_slice(&whole[end..end + 5]);
+    fs::write(&first, &bytes).unwrap();
+    // The second log cannot be set aside (every name for it is taken; a full disk, or a
+    // crash half way through the salvage, does the same): the salvage fails.
+    let aside = format!("{}.damaged-0", second.display());
+    fs::write(&aside, b"").unwrap();
+    for n in 1..=1000 {
+        fs::write(format!("{aside}.{n}"), b"").unwrap();
+    }
+    let mut config = journal(dir.path(), RecoveryPolicy::Keep);
+    config.salvage = true;
+    assert!(Store::builder().journal(config).build().is_err());
+    // The first log must still read as damaged: cut already, with the second log still
+    // there, the next start would replay the second log over the hole, silently.
+    assert!(second.exists());
+    match Store::builder()
+        .journal(journal(dir.path(), RecoveryPolicy::Keep))
+        .build()
+    {
+        Err(StoreError::Journal(message)) => assert!(message.contains("salvage"), "{message}"),
+        Ok(store) => panic!(
+            "opened without salvage, {:?} holding the task after the hole: {:?}",
+            store
+                .list(None, None)
+                .unwrap()
+                .tasks
+                .iter()
+                .map(|t| t.task_id)
+                .collect::<Vec<_>>(),
+            store.get(later, None).map(|t| t.task_id)
+        ),
+        Err(e) => panic!("{e:?}"),
+    }
+    // With room to set it aside, the salvage goes through.
+    fs::remove_file(&aside).unwrap();
+    let mut config = journal(dir.path(), RecoveryPolicy::Keep);
+    config.salvage = true;
+    let store = Store::builder().journal(config).build().unwrap();
+    let kept: Vec<TaskId> = store
+        .list(None, None)
+        .unwrap()
+        .tasks
+        .into_iter()
+        .map(|t| t.task_id)
+        .collect();
+    assert_eq!(kept, ids);
+    assert!(!second.exists());
+    assert_eq!(fs::read(&aside).unwrap(), whole[end..]);
+}
+#[test]
 fn zeros_in_the_middle_with_records_after_them_are_damage() {
     let dir = tempfile::tempdir().unwrap();
     let (log, mut bytes, second) = three_creates(dir.path());

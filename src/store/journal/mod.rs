@@ -359,10 +359,17 @@ impl Tally {
 /// Reads one file's records into `state`. The newest log's torn tail is cut off the file;
 /// damage, and any tear in a snapshot or an earlier log, is an error naming the file and
 /// the offset (a log's damage is salvaged instead when `salvage` is set).
+///
+/// `later` are the logs after this one in the chain: a salvage sets them aside whole
+/// before it cuts this one, since their changes came after what is lost. In the other
+/// order, a salvage stopped between the two (by a crash, or by no room to set them aside)
+/// would leave a log that reads as whole followed by the later ones, and the next start
+/// would replay them over the hole without a word.
 fn replay(
     path: &Path,
     kind: FileKind,
     salvage: bool,
+    later: &[PathBuf],
     state: &mut BTreeMap<TaskId, TaskRecord>,
     recovered: &mut Recovered,
 ) -> Result<Replayed, StoreError> {
@@ -447,7 +454,13 @@ fn replay(
         check_whole(path, &tally, offset, recovered)?;
     }
     if let frame::Ending::TornTail { offset } = ending {
-        if !salvaged {
+        if salvaged {
+            // Newest first: stopped half way, the chain is still whole up to the damage,
+            // which the next start meets again.
+            for later in later.iter().rev() {
+                set_aside_whole(later)?;
+            }
+        } else {
             log::warn!(
                 "{}: dropping a torn batch at byte offset {offset} (a write cut short by a \
                  crash)",
@@ -700,6 +713,7 @@ impl Journal {
                 &snapshot_path(dir, base),
                 FileKind::Snapshot,
                 false,
+                &[],
                 &mut state,
                 &mut recovered,
             )?
@@ -718,14 +732,20 @@ impl Journal {
                 FileKind::EarlierLog
             };
             generation = g;
-            match replay(&path, kind, config.salvage, &mut state, &mut recovered)? {
+            let later: Vec<PathBuf> = chain[n + 1..].iter().map(|&g| log_path(dir, g)).collect();
+            match replay(
+                &path,
+                kind,
+                config.salvage,
+                &later,
+                &mut state,
+                &mut recovered,
+            )? {
                 Replayed::Whole(bytes) => log_bytes = bytes,
                 Replayed::Cut(bytes) => {
+                    // Salvaged: the later logs, whose changes came after the damage, are
+                    // set aside already.
                     log_bytes = bytes;
-                    // Salvaged: what the later logs hold came after the damage.
-                    for &later in &chain[n + 1..] {
-                        set_aside_whole(&log_path(dir, later))?;
-                    }
                     break;
                 }
             }
