@@ -17,9 +17,11 @@
 //!    is sound because a log's records are whole states: replaying the new log from its
 //!    start over the snapshot ends with each task's latest state, and a task removed before
 //!    the walk reached it is removed again, harmlessly. A count closes the snapshot.
-//! 3. **Finish.** A thread of its own syncs the snapshot, renames it to `snapshot-(G+1)`,
-//!    syncs the directory, and deletes the generations it replaces. The owner thread
-//!    collects the outcome at a later batch.
+//! 3. **Finish.** The owner thread writes out what the new log still buffers (under `None`
+//!    durability), so that the snapshot shows no change the log could lose. A thread of
+//!    its own syncs the snapshot, renames it to `snapshot-(G+1)`, syncs the directory, and
+//!    deletes the generations it replaces. The owner thread collects the outcome at a
+//!    later batch.
 //!
 //! A failure in the walk or the finish leaves the chain as it is (the temporary file is
 //! removed): the next compaction waits for the log to double, as before. Only a failure to
@@ -248,6 +250,14 @@ impl Journal {
         match wrote {
             Ok(false) => Turn::More,
             Ok(true) => {
+                // The snapshot holds tasks as changed by batches that may still sit in the
+                // log's buffer (under `None` durability). Named, it would outlive them in a
+                // crash: a task's later change kept, another's earlier one lost. Written
+                // out now, the log holds every change the snapshot shows before the
+                // snapshot can count.
+                if let Err(e) = self.log.flush() {
+                    return self.give_up(e);
+                }
                 let end = serde_json::to_vec(&Record::End { tasks: *tasks })
                     .map_err(io::Error::from)
                     .and_then(|payload| frame::write_frame(out, &payload));
@@ -534,6 +544,62 @@ mod tests {
             journal.commit().unwrap();
             drop(journal);
             drop(reopen(&config, &model));
+        }
+    }
+
+    /// Ends `journal` as a crash would: what its log's buffer holds is lost.
+    fn crash(mut journal: Journal) {
+        let scratch = BufWriter::new(tempfile::tempfile().unwrap());
+        std::mem::forget(std::mem::replace(&mut journal.log, scratch));
+        drop(journal);
+    }
+
+    #[test]
+    fn a_crash_under_none_never_keeps_a_later_change_and_loses_an_earlier_one() {
+        // `None` durability may lose the last changes to a crash, never one change while
+        // keeping a later one: the snapshot, synced and named, must not hold a task in a
+        // state the log's buffer alone knows about.
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = JournalConfig::new(dir.path());
+        config.durability = crate::store::journal::Durability::None;
+        config.recovery = RecoveryPolicy::Keep;
+        let mut model: BTreeMap<u64, TaskRecord> = BTreeMap::new();
+        let mut journal = reopen(&config, &model);
+        for seq in 0..17 {
+            let task = task(seq);
+            journal.append(&Record::Put(task.clone())).unwrap();
+            model.insert(seq, task);
+        }
+        journal.commit().unwrap();
+        journal.begin_compaction(7, 17).unwrap();
+        // One turn writes the first 15 tasks as they are.
+        let turn = journal.walk_turn(model.values().cloned(), Some(Duration::ZERO));
+        assert!(matches!(turn, Turn::More), "{turn:?}");
+        // Then the first task changes, and after it the last one.
+        for (seq, message) in [(0, "earlier"), (16, "later")] {
+            let task = model.get_mut(&seq).unwrap();
+            task.message = Some(message.into());
+            let mut record = task.clone();
+            record.origin = None;
+            journal.append(&Record::Put(record)).unwrap();
+            journal.commit().unwrap();
+        }
+        // The rest of the walk writes the last task as changed.
+        let rest = model.range(15..).map(|(_, t)| t.clone());
+        assert!(matches!(journal.walk_turn(rest, None), Turn::Walked));
+        journal.collect_compaction(true).unwrap().unwrap();
+        crash(journal);
+        let (_, recovered) = Journal::open(&config).unwrap();
+        let message = |seq: u64| {
+            let task = recovered.tasks.iter().find(|t| t.seq == seq).unwrap();
+            task.message.clone()
+        };
+        if message(16).as_deref() == Some("later") {
+            assert_eq!(
+                message(0).as_deref(),
+                Some("earlier"),
+                "kept a later change only"
+            );
         }
     }
 }
