@@ -186,6 +186,7 @@ impl Journal {
             }
         };
         self.log = new_log;
+        self.legacy_log = false;
         self.generation = next;
         self.log_bytes = header_bytes;
         self.compaction = Some(Compaction {
@@ -545,6 +546,42 @@ mod tests {
             drop(journal);
             drop(reopen(&config, &model));
         }
+    }
+
+    #[test]
+    fn once_appending_to_a_new_log_a_compaction_that_cannot_begin_does_not_stop_the_store() {
+        // A log of an older format: a compaction that cannot begin must not let batches
+        // of this format go on into it, so that is fatal (at start, the store does not
+        // open). Once a compaction has switched to a log of this format, that reason is
+        // gone, even if the compaction failed (its walk, say, with no room for the
+        // snapshot).
+        let dir = tempfile::tempdir().unwrap();
+        let header = Record::Header {
+            version: 2,
+            generation: 0,
+            cursor_key: 7,
+            next_seq: 0,
+            tasks: None,
+        };
+        let mut old = Vec::new();
+        frame::write_frame(&mut old, &serde_json::to_vec(&header).unwrap()).unwrap();
+        fs::write(dir.path().join("journal-0000000000000000.log"), &old).unwrap();
+        let mut config = JournalConfig::new(dir.path());
+        config.recovery = RecoveryPolicy::Keep;
+        let (mut journal, recovered) = Journal::open(&config).unwrap();
+        assert!(recovered.legacy);
+        journal.begin_compaction(7, 0).unwrap();
+        let failed = journal.give_up(io::Error::other("no room for the snapshot"));
+        assert!(matches!(failed, Turn::Failed(_)));
+        // The next attempt cannot even begin (no room for the snapshot's file).
+        fs::create_dir(dir.path().join("snapshot.tmp")).unwrap();
+        match journal.begin_compaction(7, 0) {
+            Err(CompactError::Abandoned(_)) => {}
+            Err(CompactError::Broken(e)) => panic!("the store would stop: {e}"),
+            Ok(()) => panic!("began"),
+        }
+        journal.append(&Record::Put(task(0))).unwrap();
+        journal.commit().unwrap();
     }
 
     /// Ends `journal` as a crash would: what its log's buffer holds is lost.

@@ -167,6 +167,10 @@ pub(crate) struct Journal {
     /// mixes formats and an older build meeting the new one says so by its version (and a
     /// snapshot that did not count its tasks is rewritten with the count).
     legacy: bool,
+    /// The log being appended to may be in an older format (it is the one read at start,
+    /// and some file was): until a compaction switches to a new log, one that cannot begin
+    /// stops the store (see [`abandon`](Journal::abandon)).
+    legacy_log: bool,
     /// After a failed compaction: no new attempt before the log holds this many bytes.
     retry_at: u64,
 }
@@ -783,6 +787,7 @@ impl Journal {
             compaction: None,
             _lock: lock,
             legacy: recovered.legacy,
+            legacy_log: recovered.legacy,
             retry_at: 0,
         };
         Ok((journal, recovered))
@@ -856,9 +861,10 @@ impl Journal {
     /// A log in an older format is the exception: going on would append batches in this
     /// format to it, and an older build would then call it unreadable instead of naming
     /// the version it cannot read. It is broken, as it was before compaction could fail
-    /// without harm (at start, the store does not open).
+    /// without harm (at start, the store does not open). Once a compaction has switched to
+    /// a log of this format, failed or not, that is no longer so.
     fn abandon(&mut self, e: io::Error) -> CompactError {
-        if self.legacy {
+        if self.legacy_log {
             return CompactError::Broken(io::Error::new(
                 e.kind(),
                 format!("rewriting a log of an older format: {e}"),
