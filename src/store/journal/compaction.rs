@@ -188,6 +188,7 @@ impl Journal {
         self.log = new_log;
         self.legacy_log = false;
         self.generation = next;
+        self.older_bytes = self.older_bytes.saturating_add(self.log_bytes);
         self.log_bytes = header_bytes;
         self.compaction = Some(Compaction {
             next,
@@ -323,6 +324,8 @@ impl Journal {
             Ok(bytes) => {
                 self.base = next;
                 self.base_bytes = bytes;
+                // The logs before this generation's are gone.
+                self.older_bytes = 0;
                 self.legacy = false;
                 self.retry_at = 0;
                 Ok(())
@@ -582,6 +585,38 @@ mod tests {
         }
         journal.append(&Record::Put(task(0))).unwrap();
         journal.commit().unwrap();
+    }
+
+    #[test]
+    fn a_compaction_cut_short_is_due_again_at_the_next_start() {
+        // A compaction that a crash or a shutdown ends before its snapshot is named leaves
+        // its logs in the chain, and every start replays them all: the next start must see
+        // them as due, not only the new log (which may never grow large enough), or each
+        // interrupted compaction adds a log the chain keeps for good.
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = JournalConfig::new(dir.path());
+        config.durability = crate::store::journal::Durability::None;
+        config.recovery = RecoveryPolicy::Keep;
+        config.compact_min_bytes = 4096;
+        let mut model = BTreeMap::new();
+        let mut journal = reopen(&config, &model);
+        let mut one = task(0);
+        for n in 0..100 {
+            one.message = Some(format!("step {n}"));
+            journal.append(&Record::Put(one.clone())).unwrap();
+            journal.commit().unwrap();
+        }
+        model.insert(0, one);
+        let live = 256;
+        assert!(journal.should_compact(live));
+        journal.begin_compaction(7, 1).unwrap();
+        // Shut down (or killed) before the walk ends.
+        drop(journal);
+        let journal = reopen(&config, &model);
+        assert!(
+            journal.should_compact(live),
+            "the chain holds the whole log that was due"
+        );
     }
 
     /// Ends `journal` as a crash would: what its log's buffer holds is lost.

@@ -151,6 +151,9 @@ pub(crate) struct Journal {
     base: u64,
     log: BufWriter<File>,
     log_bytes: u64,
+    /// Bytes of the chain's logs before the current one: a compaction that did not finish
+    /// leaves them, and recovery replays them all, so they count towards the next one.
+    older_bytes: u64,
     /// Size of the live data when the base generation began (its snapshot), for
     /// compaction.
     base_bytes: u64,
@@ -726,6 +729,7 @@ impl Journal {
         // The logs of the chain, oldest first. Every one but the last was complete before
         // the next began, so only the last can have a torn tail.
         let mut log_bytes = 0;
+        let mut older_bytes = 0u64;
         let mut generation = base;
         for (n, &g) in chain.iter().enumerate() {
             let path = log_path(dir, g);
@@ -745,8 +749,12 @@ impl Journal {
                 &mut state,
                 &mut recovered,
             )? {
-                Replayed::Whole(bytes) => log_bytes = bytes,
+                Replayed::Whole(bytes) => {
+                    older_bytes = older_bytes.saturating_add(log_bytes);
+                    log_bytes = bytes;
+                }
                 Replayed::Cut(bytes) => {
+                    older_bytes = older_bytes.saturating_add(log_bytes);
                     // Salvaged: the later logs, whose changes came after the damage, are
                     // set aside already.
                     log_bytes = bytes;
@@ -782,6 +790,7 @@ impl Journal {
             base,
             log: BufWriter::with_capacity(64 * 1024, file),
             log_bytes,
+            older_bytes,
             base_bytes,
             batch: Vec::new(),
             compaction: None,
@@ -839,20 +848,21 @@ impl Journal {
     /// Whether the log has outgrown the live data enough to compact, or was read in an
     /// older format (compacting rewrites it in this one).
     pub(crate) fn should_compact(&self, live_bytes_estimate: u64) -> bool {
-        if self.compaction.is_some() || self.log_bytes < self.retry_at {
+        let logs = self.log_bytes();
+        if self.compaction.is_some() || logs < self.retry_at {
             return false;
         }
         if self.legacy {
             return true;
         }
         let live = live_bytes_estimate.max(self.base_bytes).max(1);
-        self.log_bytes >= self.config.compact_min_bytes
-            && self.log_bytes / live >= u64::from(self.config.compact_ratio)
+        logs >= self.config.compact_min_bytes && logs / live >= u64::from(self.config.compact_ratio)
     }
 
-    /// Bytes written to the current log.
+    /// Bytes of log that recovery would replay: the current log's and those of any older
+    /// log still in the chain.
     pub(crate) fn log_bytes(&self) -> u64 {
-        self.log_bytes
+        self.older_bytes.saturating_add(self.log_bytes)
     }
 
     /// Gives up this compaction: the next waits until the log has doubled (and grown by
@@ -877,10 +887,10 @@ impl Journal {
     /// After a failed compaction: the next waits until the log has doubled (and grown by
     /// at least `compact_min_bytes`), so a full disk is not asked for a snapshot per batch.
     fn backoff(&mut self) {
-        self.retry_at = self
-            .log_bytes
+        let logs = self.log_bytes();
+        self.retry_at = logs
             .saturating_mul(2)
-            .max(self.log_bytes.saturating_add(self.config.compact_min_bytes));
+            .max(logs.saturating_add(self.config.compact_min_bytes));
     }
 
     /// Writes the header a fresh log starts with.
