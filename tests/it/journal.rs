@@ -611,6 +611,55 @@ fn a_salvage_that_cannot_set_a_newer_log_aside_leaves_the_damage_in_place() {
     assert_eq!(fs::read(&aside).unwrap(), whole[end..]);
 }
 #[test]
+fn without_fsync_a_cut_end_of_a_log_with_a_newer_one_after_it_is_dropped_and_the_rest_replayed() {
+    // `Flush` and `None` do not sync a log when compaction moves on to the next one, so a
+    // power loss can cut its end as it can the newest log's: the store starts, as it did
+    // on one log, without what was cut.
+    let dir = tempfile::tempdir().unwrap();
+    let flush = || {
+        let mut config = journal(dir.path(), RecoveryPolicy::Keep);
+        config.durability = mcp_task_store::Durability::Flush;
+        config
+    };
+    let first_id = {
+        let store = Store::builder().journal(flush()).build().unwrap();
+        store.create(CreateTask::new()).unwrap().task_id
+    };
+    let (first, second) = (log_at(dir.path(), 0), log_at(dir.path(), 1));
+    let end = fs::metadata(&first).unwrap().len() as usize;
+    let (lost, later) = {
+        let store = Store::builder().journal(flush()).build().unwrap();
+        let lost = store.create(CreateTask::new()).unwrap().task_id;
+        let cut = fs::metadata(&first).unwrap().len() as usize;
+        let later = store.create(CreateTask::new()).unwrap().task_id;
+        (lost, (cut, later))
+    };
+    let (cut, later) = later;
+    // journal-0 keeps its first batch and half of the next; journal-1 has a header and
+    // the last batch.
+    let whole = fs::read(&first).unwrap();
+    let header = &whole[..frame_bounds(&whole)[1]];
+    fs::write(&second, [header, &whole[cut..]].concat()).unwrap();
+    fs::write(&first, &whole[..end + (cut - end) / 2]).unwrap();
+    let store = Store::builder().journal(flush()).build().unwrap();
+    let kept: Vec<TaskId> = store
+        .list(None, None)
+        .unwrap()
+        .tasks
+        .into_iter()
+        .map(|t| t.task_id)
+        .collect();
+    assert_eq!(kept, [first_id, later]);
+    assert!(store.get(lost, None).is_err());
+    drop(store);
+    assert_eq!(
+        fs::metadata(&first).unwrap().len(),
+        end as u64,
+        "the cut batch is dropped from the file"
+    );
+}
+
+#[test]
 fn zeros_in_the_middle_with_records_after_them_are_damage() {
     let dir = tempfile::tempdir().unwrap();
     let (log, mut bytes, second) = three_creates(dir.path());

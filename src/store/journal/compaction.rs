@@ -19,7 +19,7 @@
 //!    the walk reached it is removed again, harmlessly. A count closes the snapshot.
 //! 3. **Finish.** The owner thread writes out what the new log still buffers (under `None`
 //!    durability), so that the snapshot shows no change the log could lose. A thread of
-//!    its own syncs the snapshot, renames it to `snapshot-(G+1)`, syncs the directory, and
+//!    its own syncs the new log and the snapshot, renames it to `snapshot-(G+1)`, syncs the directory, and
 //!    deletes the generations it replaces. The owner thread collects the outcome at a
 //!    later batch.
 //!
@@ -257,9 +257,18 @@ impl Journal {
                 // crash: a task's later change kept, another's earlier one lost. Written
                 // out now, the log holds every change the snapshot shows before the
                 // snapshot can count.
-                if let Err(e) = self.log.flush() {
-                    return self.give_up(e);
-                }
+                // The finishing thread also syncs it, before the snapshot is named: else,
+                // under `Flush`, a power loss could keep the snapshot and lose the log
+                // records of changes it shows, and the log's older records for those
+                // tasks would take them back to an earlier state.
+                let log = match self
+                    .log
+                    .flush()
+                    .and_then(|()| self.log.get_ref().try_clone())
+                {
+                    Ok(log) => log,
+                    Err(e) => return self.give_up(e),
+                };
                 let end = serde_json::to_vec(&Record::End { tasks: *tasks })
                     .map_err(io::Error::from)
                     .and_then(|payload| frame::write_frame(out, &payload));
@@ -280,7 +289,7 @@ impl Journal {
                 };
                 let finishing = std::thread::Builder::new()
                     .name("mcp-task-store-snapshot".into())
-                    .spawn(move || finish(&dir, out, next, &replaced).map(|()| total));
+                    .spawn(move || finish(&dir, out, &log, next, &replaced).map(|()| total));
                 match finishing {
                     Ok(handle) => {
                         self.compaction = Some(Compaction {
@@ -362,13 +371,21 @@ impl Journal {
     }
 }
 
-/// Makes the walked snapshot generation `next`'s and deletes what it replaces. On error,
+/// Syncs the new log (it holds every change the snapshot shows), then makes the walked
+/// snapshot generation `next`'s and deletes what it replaces. On error,
 /// the temporary file is gone and the older generations are kept (whether or not the new
 /// snapshot's name reached the disk, recovery finds a whole chain).
-fn finish(dir: &Path, mut out: BufWriter<File>, next: u64, replaced: &[u64]) -> io::Result<()> {
+fn finish(
+    dir: &Path,
+    mut out: BufWriter<File>,
+    log: &File,
+    next: u64,
+    replaced: &[u64],
+) -> io::Result<()> {
     let tmp = dir.join("snapshot.tmp");
     let snapshot = snapshot_path(dir, next);
     let named = (|| {
+        log.sync_data()?;
         out.flush()?;
         out.get_ref().sync_all()?;
         drop(out);

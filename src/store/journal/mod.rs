@@ -246,11 +246,11 @@ enum FileKind {
     /// `snapshot-G`: written whole to a temporary file, synced, then renamed into place, so
     /// no crash tears it. Any broken or missing end is damage.
     Snapshot,
-    /// `journal-G.log`, the newest: a crash can tear its last, unacknowledged batch, which
-    /// is cut off.
+    /// `journal-G.log`, the newest (or any, without `Fsync`): a crash can tear its last
+    /// batch, which is cut off.
     Log,
-    /// A log with a newer one after it: complete before the newer one began (and synced,
-    /// under `Fsync`), so a broken end is damage too.
+    /// Under `Fsync`, a log with a newer one after it: synced before the newer one began,
+    /// so a broken end is damage too.
     EarlierLog,
 }
 
@@ -726,15 +726,20 @@ impl Journal {
             )?
             .bytes();
         }
-        // The logs of the chain, oldest first. Every one but the last was complete before
-        // the next began, so only the last can have a torn tail.
+        // The logs of the chain, oldest first.
         let mut log_bytes = 0;
         let mut older_bytes = 0u64;
         let mut generation = base;
         for (n, &g) in chain.iter().enumerate() {
             let path = log_path(dir, g);
             let last = n + 1 == chain.len();
-            let kind = if last {
+            // Under `Fsync` every log was synced before the next began, so a broken end of
+            // one with a newer log after it is damage. The other modes do not sync at the
+            // switch (it stalled every caller): a power loss can cut such a log's end as it
+            // can the newest's, and its lost batches are dropped alike, the later logs
+            // replayed after it (each record is a task's whole state, so a task ends in
+            // its latest surviving one).
+            let kind = if last || config.durability != Durability::Fsync {
                 FileKind::Log
             } else {
                 FileKind::EarlierLog
