@@ -345,10 +345,12 @@ impl TaskContext {
             None => return Ok(()),
         };
         let Some((id, _)) = bound else {
-            if self.binding.is_cancelled_inline() {
+            // Still inline at the deadline, or never to be a task (its promotion failed, a
+            // store limit say): the rest of the time, if any, is slept inline.
+            if self.binding.is_cancelled_inline() || self.binding.sleep_inline(deadline) {
                 return Err(Cancelled);
             }
-            return Ok(()); // slept the whole time inline
+            return Ok(());
         };
         let left = deadline.saturating_duration_since(Instant::now());
         match self

@@ -1159,6 +1159,26 @@ fn a_slow_call_is_promoted_to_a_task_that_carries_on() {
         .is_none());
 }
 
+/// A call that cannot become a task (here the store is full) runs on inline: its tool's
+/// `sleep` still sleeps the whole time, rather than end when the promotion failed.
+#[test]
+fn a_call_that_cannot_be_promoted_still_sleeps_its_whole_time() {
+    let store = Store::builder().max_tasks(1).build().unwrap();
+    let mut h = Harness::with_store(Some(store.handle()), 100);
+    h._store = Some(store);
+    let first = h.start("sleep", json!({"ms": 600_000}));
+    let started = std::time::Instant::now();
+    let reply = h.call_2026("sleep", json!({"ms": 1000}), true);
+    assert_eq!(reply["result"]["resultType"], "complete", "{reply}");
+    assert_eq!(reply["result"]["content"][0]["text"], "slept 1000 ms");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1000),
+        "answered after {:?}",
+        started.elapsed()
+    );
+    h.result("tasks/cancel", json!({"taskId": first}));
+}
+
 #[test]
 fn without_the_extension_task_tools_run_inline_or_need_the_capability() {
     let mut h = Harness::new();
