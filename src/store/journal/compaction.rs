@@ -39,8 +39,13 @@ use super::{Durability, TaskRecord, VERSION};
 /// Owner-thread time one turn of the walk may take before callers are served again.
 pub(crate) const SNAPSHOT_HOLD: Duration = Duration::from_micros(200);
 
-/// Records written between looks at the clock during a walk.
+/// Records written between looks at the clock during a walk...
 const RECORDS_PER_LOOK: u64 = 16;
+/// ...or fewer, once they add up to this many bytes: a task may hold megabytes (its
+/// request, its result), and sixteen of those would keep the owner thread far past
+/// [`SNAPSHOT_HOLD`]. A look costs tens of nanoseconds, writing this much hundreds of
+/// microseconds.
+const BYTES_PER_LOOK: u64 = 64 * 1024;
 
 /// A compaction under way.
 #[derive(Debug)]
@@ -227,12 +232,17 @@ impl Journal {
         };
         let started = Instant::now();
         let mut written = 0u64;
+        // Bytes written since the last look at the clock.
+        let mut unlooked = 0u64;
         let mut records = records.take_while(|task| task.seq < *until);
         let wrote = loop {
-            if hold.is_some_and(|hold| {
-                written % RECORDS_PER_LOOK == RECORDS_PER_LOOK - 1 && started.elapsed() >= hold
-            }) {
-                break Ok(false);
+            let look =
+                written % RECORDS_PER_LOOK == RECORDS_PER_LOOK - 1 || unlooked >= BYTES_PER_LOOK;
+            if let (Some(hold), true) = (hold, look) {
+                if started.elapsed() >= hold {
+                    break Ok(false);
+                }
+                unlooked = 0;
             }
             let Some(task) = records.next() else {
                 break Ok(true);
@@ -242,7 +252,10 @@ impl Journal {
                 .map_err(io::Error::from)
                 .and_then(|payload| frame::write_frame(out, &payload));
             match framed {
-                Ok(n) => *bytes += n as u64,
+                Ok(n) => {
+                    *bytes += n as u64;
+                    unlooked += n as u64;
+                }
                 Err(e) => break Err(e),
             }
             *after = Some(seq);
@@ -634,6 +647,36 @@ mod tests {
             journal.should_compact(live),
             "the chain holds the whole log that was due"
         );
+    }
+
+    #[test]
+    fn a_turn_of_the_walk_ends_after_a_large_record_once_its_time_is_up() {
+        // A task can hold megabytes (its request, its result): fifteen of them before the
+        // first look at the clock kept the owner thread, and every caller, for as long as
+        // writing them all takes, however short the turn was meant to be.
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = JournalConfig::new(dir.path());
+        config.durability = crate::store::journal::Durability::None;
+        config.recovery = RecoveryPolicy::Keep;
+        let mut model: BTreeMap<u64, TaskRecord> = BTreeMap::new();
+        let mut journal = reopen(&config, &model);
+        for seq in 0..4 {
+            let mut task = task(seq);
+            task.message = Some("x".repeat(256 * 1024));
+            journal.append(&Record::Put(task.clone())).unwrap();
+            model.insert(seq, task);
+        }
+        journal.commit().unwrap();
+        journal.begin_compaction(7, 4).unwrap();
+        let turn = journal.walk_turn(model.values().cloned(), Some(Duration::ZERO));
+        assert!(matches!(turn, Turn::More), "{turn:?}");
+        let walked = journal.walk().unwrap().after;
+        assert_eq!(walked, Some(0), "the clock is read after a large record");
+        let rest = model.range(1..).map(|(_, t)| t.clone());
+        assert!(matches!(journal.walk_turn(rest, None), Turn::Walked));
+        journal.collect_compaction(true).unwrap().unwrap();
+        drop(journal);
+        drop(reopen(&config, &model));
     }
 
     /// Ends `journal` as a crash would: what its log's buffer holds is lost.
