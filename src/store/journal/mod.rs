@@ -170,9 +170,9 @@ pub(crate) struct Journal {
     /// mixes formats and an older build meeting the new one says so by its version (and a
     /// snapshot that did not count its tasks is rewritten with the count).
     legacy: bool,
-    /// The log being appended to may be in an older format (it is the one read at start,
-    /// and some file was): until a compaction switches to a new log, one that cannot begin
-    /// stops the store (see [`abandon`](Journal::abandon)).
+    /// The log being appended to is in an older format (it is the one read at start, and
+    /// its header says so): until a compaction switches to a new log, one that cannot
+    /// begin stops the store (see [`abandon`](Journal::abandon)).
     legacy_log: bool,
     /// After a failed compaction: no new attempt before the log holds this many bytes.
     retry_at: u64,
@@ -363,9 +363,11 @@ impl Tally {
     }
 }
 
-/// Reads one file's records into `state`. The newest log's torn tail is cut off the file;
-/// damage, and any tear in a snapshot or an earlier log, is an error naming the file and
-/// the offset (a log's damage is salvaged instead when `salvage` is set).
+/// Reads one file's records into `state`, and returns how much of it was kept and the
+/// format version its header names (`None` for a file without one). The newest log's
+/// torn tail is cut off the file; damage, and any tear in a snapshot or an earlier log, is
+/// an error naming the file and the offset (a log's damage is salvaged instead when
+/// `salvage` is set).
 ///
 /// `later` are the logs after this one in the chain: a salvage sets them aside whole
 /// before it cuts this one, since their changes came after what is lost. In the other
@@ -379,7 +381,7 @@ fn replay(
     later: &[PathBuf],
     state: &mut BTreeMap<TaskId, TaskRecord>,
     recovered: &mut Recovered,
-) -> Result<Replayed, StoreError> {
+) -> Result<(Replayed, Option<u32>), StoreError> {
     let bytes = fs::read(path).map_err(|e| io_error(path, "cannot read", e))?;
     let mut salvaged = false;
     let read = match frame::read_frames(&bytes) {
@@ -481,13 +483,14 @@ fn replay(
         file.set_len(offset)
             .and_then(|_| file.sync_all())
             .map_err(|e| io_error(path, "cannot truncate", e))?;
-        return Ok(if salvaged {
+        let replayed = if salvaged {
             Replayed::Cut(offset)
         } else {
             Replayed::Whole(offset)
-        });
+        };
+        return Ok((replayed, tally.version));
     }
-    Ok(Replayed::Whole(bytes.len() as u64))
+    Ok((Replayed::Whole(bytes.len() as u64), tally.version))
 }
 
 /// Checks that a snapshot of `len` bytes holds everything its header promises: a snapshot
@@ -724,12 +727,16 @@ impl Journal {
                 &mut state,
                 &mut recovered,
             )?
+            .0
             .bytes();
         }
         // The logs of the chain, oldest first.
         let mut log_bytes = 0;
         let mut older_bytes = 0u64;
         let mut generation = base;
+        // The format of the log appended to from here on (`None` while it has no header:
+        // it gets one of this format).
+        let mut log_version = None;
         for (n, &g) in chain.iter().enumerate() {
             let path = log_path(dir, g);
             let last = n + 1 == chain.len();
@@ -746,14 +753,16 @@ impl Journal {
             };
             generation = g;
             let later: Vec<PathBuf> = chain[n + 1..].iter().map(|&g| log_path(dir, g)).collect();
-            match replay(
+            let (replayed, version) = replay(
                 &path,
                 kind,
                 config.salvage,
                 &later,
                 &mut state,
                 &mut recovered,
-            )? {
+            )?;
+            log_version = version;
+            match replayed {
                 Replayed::Whole(bytes) => {
                     older_bytes = older_bytes.saturating_add(log_bytes);
                     log_bytes = bytes;
@@ -801,7 +810,9 @@ impl Journal {
             compaction: None,
             _lock: lock,
             legacy: recovered.legacy,
-            legacy_log: recovered.legacy,
+            // Only the log appended to matters: an older one before it in the chain (left
+            // by an upgrade's compaction cut short) is never written again.
+            legacy_log: log_version.is_some_and(|v| v < VERSION),
             retry_at: 0,
         };
         Ok((journal, recovered))
@@ -1175,6 +1186,38 @@ mod tests {
             Err(StoreError::Journal(why)) => assert!(why.contains("out of range"), "{why}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_log_of_this_format_after_one_of_an_older_format_is_appended_to_even_if_no_compaction_can_run(
+    ) {
+        // An upgrade's compaction switched from a version 2 log to a new one of this format,
+        // and the process ended before the snapshot was named. Batches go to the new log,
+        // which is of this format: no compaction is needed before appending to it, and the
+        // store must open when there is no room for one, as it went on serving when the
+        // same compaction failed before the restart.
+        let dir = tempfile::tempdir().unwrap();
+        let header = Record::Header {
+            version: 2,
+            generation: 0,
+            cursor_key: 1,
+            next_seq: 0,
+            tasks: None,
+        };
+        header_only(dir.path(), header);
+        let mut config = JournalConfig::new(dir.path());
+        config.recovery = RecoveryPolicy::Keep;
+        let (mut journal, recovered) = Journal::open(&config).unwrap();
+        assert!(recovered.legacy);
+        journal.begin_compaction(1, 0).unwrap();
+        drop(journal);
+        fs::create_dir(dir.path().join("snapshot.tmp")).unwrap();
+        let store = Store::builder().journal(config.clone()).build().unwrap();
+        let id = store.create(CreateTask::new()).unwrap().task_id;
+        drop(store);
+        fs::remove_dir(dir.path().join("snapshot.tmp")).unwrap();
+        let store = Store::builder().journal(config).build().unwrap();
+        assert!(store.get(id, None).is_ok());
     }
 
     #[test]
