@@ -19,8 +19,9 @@
 //!    the walk reached it is removed again, harmlessly. A count closes the snapshot.
 //! 3. **Finish.** The owner thread writes out what the new log still buffers (under `None`
 //!    durability), so that the snapshot shows no change the log could lose. A thread of
-//!    its own syncs the new log and the snapshot, renames it to `snapshot-(G+1)`, syncs the directory, and
-//!    deletes the generations it replaces. The owner thread collects the outcome at a
+//!    its own syncs the new log (without `Fsync`; with it, every batch was synced before
+//!    its reply) and the snapshot, renames it to `snapshot-(G+1)`, syncs the directory,
+//!    and deletes the generations it replaces. The owner thread collects the outcome at a
 //!    later batch.
 //!
 //! A failure in the walk or the finish leaves the chain as it is (the temporary file is
@@ -274,11 +275,16 @@ impl Journal {
                 // under `Flush`, a power loss could keep the snapshot and lose the log
                 // records of changes it shows, and the log's older records for those
                 // tasks would take them back to an earlier state.
-                let log = match self
-                    .log
-                    .flush()
-                    .and_then(|()| self.log.get_ref().try_clone())
-                {
+                // Not under `Fsync`: every change the snapshot shows was synced before its
+                // reply, and the thread's sync, through a duplicate of this thread's
+                // descriptor (one open file, one error state), would take a write error
+                // of a batch under way for its own and leave this thread's sync to report
+                // success: a batch acknowledged and lost.
+                let fsync = self.config.durability == Durability::Fsync;
+                let log = match self.log.flush().and_then(|()| match fsync {
+                    true => Ok(None),
+                    false => self.log.get_ref().try_clone().map(Some),
+                }) {
                     Ok(log) => log,
                     Err(e) => return self.give_up(e),
                 };
@@ -302,7 +308,9 @@ impl Journal {
                 };
                 let finishing = std::thread::Builder::new()
                     .name("mcp-task-store-snapshot".into())
-                    .spawn(move || finish(&dir, out, &log, next, &replaced).map(|()| total));
+                    .spawn(move || {
+                        finish(&dir, out, log.as_ref(), next, &replaced).map(|()| total)
+                    });
                 match finishing {
                     Ok(handle) => {
                         self.compaction = Some(Compaction {
@@ -384,21 +392,24 @@ impl Journal {
     }
 }
 
-/// Syncs the new log (it holds every change the snapshot shows), then makes the walked
-/// snapshot generation `next`'s and deletes what it replaces. On error,
+/// Syncs the new log when given (it holds every change the snapshot shows; under `Fsync`
+/// it is synced already), then makes the walked snapshot generation `next`'s and deletes
+/// what it replaces. On error,
 /// the temporary file is gone and the older generations are kept (whether or not the new
 /// snapshot's name reached the disk, recovery finds a whole chain).
 fn finish(
     dir: &Path,
     mut out: BufWriter<File>,
-    log: &File,
+    log: Option<&File>,
     next: u64,
     replaced: &[u64],
 ) -> io::Result<()> {
     let tmp = dir.join("snapshot.tmp");
     let snapshot = snapshot_path(dir, next);
     let named = (|| {
-        log.sync_data()?;
+        if let Some(log) = log {
+            log.sync_data()?;
+        }
         out.flush()?;
         out.get_ref().sync_all()?;
         drop(out);
