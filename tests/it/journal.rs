@@ -801,6 +801,31 @@ fn leftovers_of_an_interrupted_compaction_are_ignored() {
     assert!(!dir.path().join("snapshot.tmp").exists());
 }
 
+#[test]
+fn files_named_almost_like_the_journals_own_are_left_alone() {
+    // The journal names its files with 16 lowercase hex digits. Other names (a copy made
+    // by hand, say) are not part of the chain: read as generations, they sent recovery
+    // after files that do not exist, and the store would not open.
+    for stray in [
+        "journal-1.log",
+        "journal-+000000000000001.log",
+        "journal-000000000000000A.log",
+        "snapshot-7",
+        "snapshot-00000000000000000007",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let id = open(dir.path()).create(CreateTask::new()).unwrap().task_id;
+        fs::write(dir.path().join(stray), b"not the journal's").unwrap();
+        let store = Store::builder()
+            .journal(journal(dir.path(), RecoveryPolicy::Keep))
+            .build()
+            .unwrap_or_else(|e| panic!("{stray}: {e}"));
+        assert!(store.get(id, None).is_ok(), "{stray}");
+        drop(store);
+        assert!(dir.path().join(stray).exists(), "{stray}");
+    }
+}
+
 /// A journal config that compacts after every batch.
 fn compacting(dir: &Path) -> JournalConfig {
     let mut config = journal(dir, RecoveryPolicy::Keep);

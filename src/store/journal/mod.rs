@@ -215,7 +215,8 @@ fn log_path(dir: &Path, generation: u64) -> PathBuf {
     dir.join(format!("journal-{generation:016x}.log"))
 }
 
-/// Generations present in `dir`: snapshots and logs, by number.
+/// Generations present in `dir`: snapshots and logs, by number (files named otherwise
+/// are left alone).
 fn generations(dir: &Path) -> Result<(Vec<u64>, Vec<u64>), StoreError> {
     let (mut snapshots, mut logs) = (Vec::new(), Vec::new());
     let entries = fs::read_dir(dir).map_err(|e| io_error(dir, "cannot read", e))?;
@@ -224,7 +225,16 @@ fn generations(dir: &Path) -> Result<(Vec<u64>, Vec<u64>), StoreError> {
             .map_err(|e| io_error(dir, "cannot read", e))?
             .file_name();
         let name = name.to_string_lossy();
-        let parse = |hex: &str| u64::from_str_radix(hex, 16).ok();
+        // Only the names `snapshot_path` and `log_path` give: another name that parses
+        // ("journal-1.log", uppercase, a sign, more digits) would stand for a file that is
+        // not there.
+        let parse = |hex: &str| {
+            let canonical =
+                hex.len() == 16 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+            canonical
+                .then(|| u64::from_str_radix(hex, 16).ok())
+                .flatten()
+        };
         if let Some(g) = name.strip_prefix("snapshot-").and_then(parse) {
             snapshots.push(g);
         } else if let Some(g) = name
