@@ -26,7 +26,9 @@
 //!
 //! A failure in the walk or the finish leaves the chain as it is (the temporary file is
 //! removed): the next compaction waits for the log to double, as before. Only a failure to
-//! flush the current log, or to take back a half-created new one, stops the store.
+//! flush the current log, or to take back a half-created new one, stops the store, and a
+//! compaction that cannot begin while the log appended to is of an older format (see
+//! [`Journal::abandon`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -105,8 +107,8 @@ impl Journal {
         }
     }
 
-    /// Starts a compaction: syncs the current log, moves appending to a new one, and opens
-    /// the snapshot the walk writes. `next_seq` is the first sequence number not given out.
+    /// Starts a compaction: writes out the current log (and syncs it, under `Fsync`), moves
+    /// appending to a new one, and opens the snapshot the walk writes. `next_seq` is the first sequence number not given out.
     pub(crate) fn begin_compaction(
         &mut self,
         cursor_key: u64,

@@ -6,9 +6,10 @@
 //! written; absent for generation 0), `journal-B.log`, and the logs after it,
 //! `journal-(B+1).log` and on, each with the changes after the one before. All are
 //! sequences of framed JSON records (see [`frame`]). A log holds one frame per group-commit
-//! batch (a JSON array of the batch's records, read back whole or not at all), so only the
-//! newest log's last frame can be torn by a crash; headers and snapshot records are framed
-//! one by one. Compaction (see [`compaction`]) starts `journal-(G+1).log` at once, then
+//! batch (a JSON array of the batch's records, read back whole or not at all), so a crash
+//! can tear only the newest log's last frame (under `Fsync`; the other modes do not sync a
+//! log before the next begins, and a power loss can cut the end of any log of the chain);
+//! headers and snapshot records are framed one by one. Compaction (see [`compaction`]) starts `journal-(G+1).log` at once, then
 //! writes `snapshot-(G+1)` while the store goes on serving, through a synced temporary file
 //! and a rename, and deletes what it replaces. A crash at any point leaves a directory
 //! recovery reads correctly: the newest snapshot, then its log and every newer one. A
@@ -71,7 +72,9 @@ pub struct JournalConfig {
     /// Start even when the current log is damaged (a broken record with valid ones after
     /// it), keeping what comes before the damage: the rest of the log is set aside in
     /// `journal-G.log.damaged-OFFSET` next to it (`.1`, `.2`, … appended when an earlier
-    /// salvage took that name), and a warning says so (default: off, and a
+    /// salvage took that name), any newer log of the chain (left by a compaction that had
+    /// not finished) whole in `journal-H.log.damaged-0`, since its changes came after the
+    /// damage, and a warning says so (default: off, and a
     /// damaged log is an error). Acknowledged changes after the damage are lost, which is
     /// why it is never the default. With `Fsync` durability damage means the disk or
     /// someone else broke the file; with `Flush` or `None` a power loss alone can leave a
