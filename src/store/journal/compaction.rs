@@ -108,7 +108,8 @@ impl Journal {
     }
 
     /// Starts a compaction: writes out the current log (and syncs it, under `Fsync`), moves
-    /// appending to a new one, and opens the snapshot the walk writes. `next_seq` is the first sequence number not given out.
+    /// appending to a new one, and opens the snapshot the walk writes. `next_seq` is the
+    /// first sequence number not given out.
     pub(crate) fn begin_compaction(
         &mut self,
         cursor_key: u64,

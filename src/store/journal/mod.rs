@@ -9,14 +9,15 @@
 //! batch (a JSON array of the batch's records, read back whole or not at all), so a crash
 //! can tear only the newest log's last frame (under `Fsync`; the other modes do not sync a
 //! log before the next begins, and a power loss can cut the end of any log of the chain);
-//! headers and snapshot records are framed one by one. Compaction (see [`compaction`]) starts `journal-(G+1).log` at once, then
-//! writes `snapshot-(G+1)` while the store goes on serving, through a synced temporary file
-//! and a rename, and deletes what it replaces. A crash at any point leaves a directory
-//! recovery reads correctly: the newest snapshot, then its log and every newer one. A
-//! compaction that fails leaves the chain as it was, and the store goes on. No crash tears
-//! a snapshot, so a broken or short one is damage, never a torn tail. Recovery deletes only
-//! generations older than the newest snapshot; a log that does not continue the chain
-//! means a snapshot or a log was lost, and is refused rather than deleted.
+//! headers and snapshot records are framed one by one. Compaction (see [`compaction`])
+//! starts `journal-(G+1).log` at once, then writes `snapshot-(G+1)` while the store goes
+//! on serving, through a synced temporary file and a rename, and deletes what it replaces.
+//! A crash at any point leaves a directory recovery reads correctly: the newest snapshot,
+//! then its log and every newer one. A compaction that fails leaves the chain as it was,
+//! and the store goes on. No crash tears a snapshot, so a broken or short one is damage,
+//! never a torn tail. Recovery deletes only generations older than the newest snapshot; a
+//! log that does not continue the chain means a snapshot or a log was lost, and is refused
+//! rather than deleted.
 //!
 //! A store holds an exclusive lock on the directory's `LOCK` file for as long as its journal
 //! is open, so a second store (say, a restarted server overlapping the old one) is refused
