@@ -625,11 +625,20 @@ impl Connection {
         }
         let connection = self.clone();
         let budget = self.core.promote_after;
+        let waiting = binding.clone();
         let waiter = std::thread::Builder::new()
             .name("mcp-promote".into())
             .spawn(move || {
-                if let Ok(outcome) = done_rx.recv_timeout(budget) {
-                    return reply.send(outcome);
+                let hurried = binding.hurried();
+                crossbeam_channel::select! {
+                    recv(done_rx) -> outcome => {
+                        if let Ok(outcome) = outcome {
+                            return reply.send(outcome);
+                        }
+                    }
+                    // The run asked for input: only a task can wait for it.
+                    recv(hurried) -> _ => {}
+                    default(budget) => {}
                 }
                 let promoted = binding.promote(|| {
                     let (task, token) = connection.create_task(&run, None)?;
@@ -648,7 +657,10 @@ impl Connection {
                 }
             });
         if let Err(error) = waiter {
+            // Its reply went with it (the client hears the server is busy); a run that
+            // asks for input must not wait for a promotion nobody will make.
             log::error!("cannot spawn a promotion waiter: {error}");
+            waiting.never_task();
         }
     }
 

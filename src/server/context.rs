@@ -77,11 +77,17 @@ pub(crate) struct Binding {
     /// how a wait on a channel (a request to the client) hears of the cancel.
     bell: Mutex<Option<crossbeam_channel::Sender<()>>>,
     rung: crossbeam_channel::Receiver<()>,
+    /// Dropped when the run needs to be a task now (it asks for input, which only a task
+    /// can wait for): disconnects [`hurried`](Self::hurried), which ends the promotion
+    /// waiter's wait before its budget runs out.
+    hurry: Mutex<Option<crossbeam_channel::Sender<()>>>,
+    hurried: crossbeam_channel::Receiver<()>,
 }
 
 impl Binding {
     fn new(state: BindingState, promotable: bool) -> Arc<Binding> {
         let (bell, rung) = crossbeam_channel::bounded(0);
+        let (hurry, hurried) = crossbeam_channel::bounded(0);
         Arc::new(Binding {
             state: Mutex::new(state),
             changed: Condvar::new(),
@@ -90,6 +96,8 @@ impl Binding {
             withheld: AtomicBool::new(false),
             bell: Mutex::new(Some(bell)),
             rung,
+            hurry: Mutex::new(Some(hurry)),
+            hurried,
         })
     }
 
@@ -140,6 +148,27 @@ impl Binding {
     /// the call's response is withheld too. True if the run was still inline.
     pub(crate) fn cancel_by_client(&self) -> bool {
         self.cancel_inline_withholding(true)
+    }
+
+    /// A channel that disconnects once the run asks to be promoted at once (see
+    /// [`hurry`](Self::hurry)): the promotion waiter waits on it alongside its budget.
+    pub(crate) fn hurried(&self) -> crossbeam_channel::Receiver<()> {
+        self.hurried.clone()
+    }
+
+    /// Asks for the run to be promoted now rather than when its budget runs out.
+    fn hurry(&self) {
+        self.hurry.lock().take();
+    }
+
+    /// The run will never be promoted (nothing is left to promote it): a run waiting to
+    /// become a task learns so, instead of waiting for ever.
+    pub(crate) fn never_task(&self) {
+        let mut state = self.state.lock();
+        if matches!(*state, BindingState::Inline) {
+            *state = BindingState::NeverTask;
+            self.changed.notify_all();
+        }
     }
 
     /// True once the client cancelled this run's request: it gets no response.
@@ -391,8 +420,12 @@ impl TaskContext {
     pub fn request_input(&self, requests: Vec<(String, Value)>) -> Result<Vec<Value>, RpcError> {
         let bound = match self.binding.current() {
             Some(bound) => Some(bound),
-            // A promotable call cannot wait for input inline: it waits to become a task.
-            None if self.binding.promotable => self.binding.wait_bound(None),
+            // A promotable call cannot wait for input inline: it becomes a task now (its
+            // client would otherwise wait out the promotion budget for the question).
+            None if self.binding.promotable => {
+                self.binding.hurry();
+                self.binding.wait_bound(None)
+            }
             None => None,
         };
         let Some((id, _)) = bound else {

@@ -43,6 +43,21 @@ fn deep_tool() -> Tool {
 
 /// A task tool that asks the client with params nested deeper than a store keeps, and
 /// fails with the error it got.
+/// A tool that may run as a task and asks its client a question at once.
+fn ask_maybe_tool() -> Tool {
+    Tool::new(
+        "ask_maybe",
+        "Asks `?` through elicitation; may run as a task",
+        json!({"type": "object"}),
+        TaskSupport::Optional,
+        |_, ctx| {
+            let answer =
+                ctx.elicit(json!({"message": "?", "requestedSchema": {"type": "object"}}))?;
+            Ok(text_result(answer.to_string()))
+        },
+    )
+}
+
 fn deep_ask_tool() -> Tool {
     Tool::new(
         "deep_ask",
@@ -80,16 +95,26 @@ fn progress_tool() -> Tool {
 impl Harness {
     fn with_store(store: Option<StoreHandle>, page_size: usize) -> Harness {
         let store = store.map(|handle| Arc::new(handle) as Arc<dyn TaskStore>);
-        Harness::build(store, page_size, 4)
+        Harness::build(store, page_size, 4, None)
     }
 
     /// A server whose tools run on `workers` threads.
     fn with_workers(workers: usize) -> Harness {
-        Harness::build(None, 100, workers)
+        Harness::build(None, 100, workers, None)
     }
 
-    fn build(store: Option<Arc<dyn TaskStore>>, page_size: usize, workers: usize) -> Harness {
+    /// A server on `store` (its own, with `page_size`, without one), its tools on
+    /// `workers` threads, SEP-2663 calls promoted after `promote_after` (default without).
+    fn build(
+        store: Option<Arc<dyn TaskStore>>,
+        page_size: usize,
+        workers: usize,
+        promote_after: Option<Duration>,
+    ) -> Harness {
         let mut builder = Server::builder().workers(workers);
+        if let Some(budget) = promote_after {
+            builder = builder.promote_after(budget);
+        }
         builder = match store {
             Some(store) => builder.store(store),
             None => builder.store_config(mcp_task_store::StoreConfig {
@@ -103,6 +128,7 @@ impl Harness {
             progress_tool(),
             deep_tool(),
             deep_ask_tool(),
+            ask_maybe_tool(),
         ]) {
             builder = builder.tool(tool);
         }
@@ -811,7 +837,7 @@ fn a_task_that_ends_before_the_server_follows_it_is_notified_all_the_same() {
     // found it not followed yet, and the server must not take it for `working` for ever.
     let owned = Store::builder().build().unwrap();
     let store = Arc::new(OnlyRequired::cancel_on_token(owned.handle()));
-    let h = &mut Harness::build(Some(store), 100, 4);
+    let h = &mut Harness::build(Some(store), 100, 4, None);
     h._store = Some(owned);
     let _pump = h.pump_events();
     let id = h.start("sleep", json!({"ms": 60000}));
@@ -1157,6 +1183,24 @@ fn a_slow_call_is_promoted_to_a_task_that_carries_on() {
     assert!(done["result"]["_meta"]
         .get("io.modelcontextprotocol/related-task")
         .is_none());
+}
+
+/// A call that asks for input cannot wait for it inline: it becomes a task at once, not
+/// when the promotion budget (here a minute) runs out.
+#[test]
+fn a_call_that_asks_for_input_becomes_a_task_at_once() {
+    let mut h = Harness::build(None, 100, 4, Some(Duration::from_secs(60)));
+    let reply = h.call_2026("ask_maybe", json!({}), true);
+    assert_eq!(reply["result"]["resultType"], "task", "{reply}");
+    let id = reply["result"]["taskId"].as_str().unwrap().to_string();
+    let waiting = h.poll_2026(&id, &["input_required"]);
+    let keys: Vec<&String> = waiting["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(keys.len(), 1, "{waiting}");
+    h.task_2026("tasks/cancel", json!({"taskId": id}));
 }
 
 /// A call that cannot become a task (here the store is full) runs on inline: its tool's
