@@ -411,9 +411,11 @@ impl TaskContext {
         Ok(answers.pop().unwrap_or(Value::Null))
     }
 
-    /// Sends several input requests at once (`(method, params)` each) and blocks until all
-    /// are answered; the answers come back in the same order. The task is `input_required`
-    /// meanwhile. On SEP-2663 they appear together in the task's `inputRequests`. A plain
+    /// Asks for several inputs (`(method, params)` each) and blocks until all are answered;
+    /// the answers come back in the same order. The task is `input_required` meanwhile. On
+    /// SEP-2663 they appear together in the task's `inputRequests`; on 2025-11-25 they go
+    /// to the client as requests one after another, each once the one before is answered
+    /// (the first error ends the round, and the rest are not sent). A plain
     /// call stops waiting, with an error, once its client cancels it or its connection
     /// closes, and a task's once the task ends (on 2025-11-25 the request is then
     /// withdrawn with `notifications/cancelled`).
