@@ -360,6 +360,7 @@ impl Journal {
                 // The logs before this generation's are gone.
                 self.older_bytes = 0;
                 self.legacy = false;
+                self.rewrite = false;
                 self.retry_at = 0;
                 Ok(())
             }

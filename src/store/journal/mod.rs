@@ -142,6 +142,9 @@ pub(crate) struct Recovered {
     /// A file was written in an older format than [`VERSION`], or is a snapshot that does
     /// not count its tasks.
     pub(crate) legacy: bool,
+    /// Two tasks share a sequence number, which only damage makes: the store keeps the
+    /// first and skips the other (see [`StoreMachine::restore`](crate::StoreMachine::restore)).
+    pub(crate) skips: bool,
 }
 
 /// An open journal, appending to `journal-G.log`.
@@ -178,6 +181,11 @@ pub(crate) struct Journal {
     /// its header says so): until a compaction switches to a new log, one that cannot
     /// begin stops the store (see [`abandon`](Journal::abandon)).
     legacy_log: bool,
+    /// What the files hold is not what the store keeps (recovery skipped a record that
+    /// shares its task's sequence number): compact at once, or the skipped task comes back
+    /// at a later start, once the task that shadowed it is gone. Unlike `legacy`, a
+    /// compaction that fails is tried again later like any other.
+    rewrite: bool,
     /// After a failed compaction: no new attempt before the log holds this many bytes.
     retry_at: u64,
 }
@@ -810,7 +818,10 @@ impl Journal {
             sync_created(dir, &created_dirs, new_log)?;
         }
         let mut tasks: Vec<TaskRecord> = state.into_values().collect();
-        tasks.sort_unstable_by_key(|t| t.seq);
+        // Stable: tasks sharing a sequence number stay in id order, so that every start
+        // keeps the same one.
+        tasks.sort_by_key(|t| t.seq);
+        recovered.skips = tasks.windows(2).any(|pair| pair[0].seq == pair[1].seq);
         recovered.tasks = tasks;
         let journal = Journal {
             config: config.clone(),
@@ -824,6 +835,7 @@ impl Journal {
             compaction: None,
             _lock: lock,
             legacy: recovered.legacy,
+            rewrite: recovered.skips,
             // Only the log appended to matters: an older one before it in the chain (left
             // by an upgrade's compaction cut short) is never written again.
             legacy_log: log_version.is_some_and(|v| v < VERSION),
@@ -882,7 +894,7 @@ impl Journal {
         if self.compaction.is_some() || logs < self.retry_at {
             return false;
         }
-        if self.legacy {
+        if self.legacy || self.rewrite {
             return true;
         }
         let live = live_bytes_estimate.max(self.base_bytes).max(1);
@@ -1170,6 +1182,47 @@ mod tests {
         };
         let newer = format!("format version {}", VERSION + 1);
         assert!(message.contains(&newer), "{message}");
+    }
+
+    #[test]
+    fn a_task_skipped_for_sharing_its_sequence_number_stays_gone_after_a_restart() {
+        // Found by the `journal` fuzz target. Two tasks with one sequence number (only
+        // damage makes them): recovery keeps the first and skips the second. The first
+        // expires at once; had the skipped record stayed in the log, the next start would
+        // find the second task alone under its number and bring it back.
+        let dir = tempfile::tempdir().unwrap();
+        drop(open(dir.path()));
+        let log = only(dir.path(), "journal-");
+        let header = Record::Header {
+            version: VERSION,
+            generation: 0,
+            cursor_key: 1,
+            next_seq: 2,
+            tasks: None,
+        };
+        let task = |id: &str, status: &str, ttl: u64| {
+            serde_json::json!({
+                "kind": "put", "id": id, "seq": 1, "status": status,
+                "created_at": "2020-01-01T00:00:00.000Z",
+                "last_updated_at": "2020-01-01T00:00:00.000Z", "ttl": ttl,
+            })
+        };
+        let first = "00000000-0000-4000-8000-000000000001";
+        let second = "00000000-0000-4000-8000-000000000002";
+        let batch = serde_json::json!([
+            task(first, "completed", 1),
+            task(second, "working", u64::MAX),
+        ]);
+        let mut bytes = Vec::new();
+        frame::write_frame(&mut bytes, &serde_json::to_vec(&header).unwrap()).unwrap();
+        frame::write_frame(&mut bytes, &serde_json::to_vec(&batch).unwrap()).unwrap();
+        fs::write(&log, &bytes).unwrap();
+        let (first, second): (TaskId, TaskId) = (first.parse().unwrap(), second.parse().unwrap());
+        for start in ["first", "second"] {
+            let store = open(dir.path());
+            assert!(store.get(first, None).is_err(), "{start} start: expired");
+            assert!(store.get(second, None).is_err(), "{start} start: skipped");
+        }
     }
 
     /// A log holding just `header`, for generation 0 in `dir` (opened once before).
