@@ -334,8 +334,7 @@ impl HttpResponse {
     }
 
     fn is_event_stream(&self) -> bool {
-        self.header("Content-Type")
-            .is_some_and(|t| t.to_ascii_lowercase().starts_with("text/event-stream"))
+        is_event_stream(self.header("Content-Type"))
     }
 
     /// An event stream may stay silent as long as the server likes (see [`IDLE_TIMEOUT`]).
@@ -343,19 +342,29 @@ impl HttpResponse {
         self.socket.set_read_timeout(None)
     }
 
-    fn text(mut self) -> io::Result<String> {
-        let mut body = Vec::new();
-        (&mut self.body)
-            .take(MAX_SERVER_MESSAGE as u64 + 1)
-            .read_to_end(&mut body)?;
-        if body.len() > MAX_SERVER_MESSAGE {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("the server's answer is larger than {MAX_SERVER_MESSAGE} bytes"),
-            ));
-        }
-        Ok(String::from_utf8_lossy(&body).into_owned())
+    fn text(self) -> io::Result<String> {
+        body_text(self.body)
     }
+}
+
+/// Whether a `Content-Type` names an event stream.
+fn is_event_stream(content_type: Option<&str>) -> bool {
+    content_type.is_some_and(|t| t.to_ascii_lowercase().starts_with("text/event-stream"))
+}
+
+/// A body read whole as text, at most [`MAX_SERVER_MESSAGE`] bytes of it.
+fn body_text(mut body: impl Read) -> io::Result<String> {
+    let mut bytes = Vec::new();
+    (&mut body)
+        .take(MAX_SERVER_MESSAGE as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() > MAX_SERVER_MESSAGE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the server's answer is larger than {MAX_SERVER_MESSAGE} bytes"),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// Longest HTTP head line or chunk-size line accepted from a server.
@@ -532,7 +541,23 @@ fn exchange(
     Ok(response)
 }
 
-fn read_head(mut reader: BufReader<Bounded>, socket: TcpStream) -> io::Result<HttpResponse> {
+fn read_head(reader: BufReader<Bounded>, socket: TcpStream) -> io::Result<HttpResponse> {
+    let (status, headers, body) = parse_head(reader)?;
+    Ok(HttpResponse {
+        status,
+        headers,
+        body,
+        socket,
+        session: None,
+        _open: None,
+    })
+}
+
+/// A response's status, header fields and body (framed as its head says), read off
+/// `reader`.
+type Parsed = (u16, Vec<(String, String)>, Box<dyn BufRead + Send>);
+
+fn parse_head(mut reader: impl BufRead + Send + 'static) -> io::Result<Parsed> {
     let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
     let Some(status_line) = line_of(&mut reader, MAX_HEAD_LINE)? else {
         return Err(io::Error::new(
@@ -577,14 +602,7 @@ fn read_head(mut reader: BufReader<Bounded>, socket: TcpStream) -> io::Result<Ht
     } else {
         Box::new(reader)
     };
-    Ok(HttpResponse {
-        status,
-        headers,
-        body,
-        socket,
-        session: None,
-        _open: None,
-    })
+    Ok((status, headers, body))
 }
 
 /// Decodes a chunked body.
@@ -732,10 +750,23 @@ fn read_events_resuming(
 /// Responses there to other requests are dropped, as [`Inner::answer`] drops them; an
 /// error under another id in a JSON body still answers `id`.
 fn read_response(response: HttpResponse, id: &RequestId) -> io::Result<Response> {
-    let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
-    if response.is_event_stream() {
+    let events = response.is_event_stream();
+    if events {
         response.wait_for_events()?;
-        let mut body = response.body;
+    }
+    response_in(response.status, events, response.body, id)
+}
+
+/// [`read_response`] from a response's parts: its status, whether it is an event stream,
+/// and its body.
+fn response_in(
+    status: u16,
+    events: bool,
+    mut body: Box<dyn BufRead + Send>,
+    id: &RequestId,
+) -> io::Result<Response> {
+    let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+    if events {
         let mut found = None;
         read_events(&mut body, |data| {
             match jsonrpc::parse_message(data) {
@@ -750,8 +781,7 @@ fn read_response(response: HttpResponse, id: &RequestId) -> io::Result<Response>
         })?;
         return found.ok_or_else(|| invalid("the event stream ended without a response".into()));
     }
-    let status = response.status;
-    let text = response.text()?;
+    let text = body_text(body)?;
     match jsonrpc::parse_message(&text) {
         Ok(Message::Response(r)) if &r.id == id || r.outcome.is_err() => Ok(r),
         _ => Err(invalid(format!(
@@ -1457,6 +1487,35 @@ impl Transport for HttpTransport {
             }
         }
     }
+}
+
+/// A fuzzing hook, not API: reads `bytes` as a server's answer to the POST of request `id`
+/// (head, framing, then the JSON-RPC response in a JSON body or an event stream, as
+/// [`read_response`] does), then the same bytes' body as the `GET` event stream would be
+/// read. Returns whether a response to `id` was found.
+#[doc(hidden)]
+pub fn fuzz_response(bytes: &[u8], id: i64) -> bool {
+    let id = RequestId::Number(id);
+    let found = match parse_head(io::Cursor::new(bytes.to_vec())) {
+        Ok((status, headers, body)) => {
+            let content_type = headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case("Content-Type"))
+                .map(|(_, v)| v.as_str());
+            let events = is_event_stream(content_type);
+            response_in(status, events, body, &id).is_ok()
+        }
+        Err(_) => false,
+    };
+    if let Ok((_, _, mut body)) = parse_head(io::Cursor::new(bytes.to_vec())) {
+        let mut resume = Resume::default();
+        let _ = read_events_resuming(&mut body, &mut resume, |data| {
+            let _ = jsonrpc::parse_message(data);
+            true
+        });
+        assert!(resume.last_id.len() <= MAX_EVENT_ID && header_safe(&resume.last_id));
+    }
+    found
 }
 
 #[cfg(test)]

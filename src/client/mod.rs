@@ -51,6 +51,9 @@ use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 
 pub use error::ClientError;
+#[cfg(feature = "http")]
+#[doc(hidden)]
+pub use http::fuzz_response;
 pub use types::{
     CallOutcome, InputRequest, InputRequests, InputResponses, PolledTask, Progress, TaskInfo,
     TaskList, ToolCall,

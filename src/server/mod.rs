@@ -40,6 +40,9 @@ use std::time::Duration;
 pub use connection::{Connection, Responder, SUPPORTED_VERSIONS};
 pub use context::{Cancelled, ClientPeer, TaskContext};
 #[cfg(feature = "http")]
+#[doc(hidden)]
+pub use http::fuzz_requests as fuzz_http_requests;
+#[cfg(feature = "http")]
 pub use http::{HttpOptions, HttpServer};
 pub use tools::{
     error_result, text_result, Preflight, TaskSupport, Tool, ToolRegistry, ToolResult,

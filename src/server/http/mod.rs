@@ -899,6 +899,84 @@ fn stream_events(
     Ok(())
 }
 
+/// A fuzzing hook, not API: reads requests off `bytes` as a connection's reader does (head,
+/// expectation, framing, body, until a refusal, the end of the input or a request that
+/// closes the connection), and for each runs the checks the handler makes of a head and a
+/// body before any session or store is involved. `small` swaps the limits for tiny ones so
+/// that every bound is within reach; `chunk` bounds how many bytes each read of the
+/// underlying stream returns (0: no bound), so requests split across reads are read too.
+/// Returns how many requests were read whole.
+#[doc(hidden)]
+pub fn fuzz_requests(bytes: &[u8], small: bool, chunk: usize) -> usize {
+    /// A stream that hands out at most `chunk` bytes per read.
+    struct Trickle<'a>(&'a [u8], usize);
+    impl io::Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = match self.1 {
+                0 => buf.len(),
+                chunk => buf.len().min(chunk),
+            };
+            io::Read::read(&mut self.0, &mut buf[..n])
+        }
+    }
+    let limits = if small {
+        Limits {
+            head_bytes: 256,
+            headers: 4,
+            body_bytes: 64,
+        }
+    } else {
+        Limits {
+            head_bytes: MAX_HEAD_BYTES,
+            headers: MAX_HEADER_FIELDS,
+            body_bytes: HttpOptions::default().max_body_bytes,
+        }
+    };
+    let mut reader = io::BufReader::with_capacity(16 * 1024, Trickle(bytes, chunk));
+    let mut read = 0;
+    loop {
+        let Ok(head) = wire::read_head(&mut reader, &limits) else {
+            return read;
+        };
+        let body = head
+            .expects_continue()
+            .and_then(|_| head.framing(limits.body_bytes))
+            .and_then(|framing| wire::read_body(&mut reader, framing, &limits));
+        let Ok(body) = body else {
+            return read;
+        };
+        assert!(
+            body.len() <= limits.body_bytes,
+            "a body past the limit was read"
+        );
+        read += 1;
+        let _ = path_of(&head.target);
+        let _ = origin_allowed(head.field("Origin"), &[]);
+        if let Some(name) = head.field("Mcp-Name") {
+            if let Some(decoded) = header_value::decode(name) {
+                let again = header_value::encode(&decoded);
+                assert_eq!(
+                    header_value::decode(&again).as_deref(),
+                    Some(decoded.as_str())
+                );
+            }
+        }
+        if let Ok(text) = body_text(&head, body) {
+            if let Ok(Message::Request(r)) = jsonrpc::parse_message(&text) {
+                let _ = check_routing_headers(&head, &r.method, r.params.as_ref());
+                let name = r.params.as_ref().and_then(|p| p.get("name"));
+                if let Some(name) = name.and_then(Value::as_str) {
+                    let header = header_value::encode(name);
+                    assert_eq!(header_value::decode(&header).as_deref(), Some(name));
+                }
+            }
+        }
+        if !head.keeps_alive() {
+            return read;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{origin_allowed, path_of};
