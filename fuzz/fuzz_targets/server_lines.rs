@@ -1,0 +1,334 @@
+//! The server's JSON-RPC handling on arbitrary lines, fed to a connection as the stdio
+//! transport feeds it (`Connection::handle_text`), with the store's events pumped in as
+//! stdio does. Nothing may panic or hang, and each message gets what SPEC.md says:
+//! - a request (an object with `"jsonrpc": "2.0"`, a string or integer id, a string
+//!   method, object or absent params) exactly one response carrying its id, or none only
+//!   when a `notifications/cancelled` in the input named its id;
+//! - a notification or a response nothing;
+//! - anything else one error: -32700 for what is not JSON, else -32600 or -32602.
+//!
+//! The server's own requests (elicitation) are declined, as a client done with the
+//! conversation would; whatever still runs once the input is handled is cancelled through
+//! the store. Afterwards the connection still answers `ping`.
+//!
+//! Input: the lines (split on `\n`, invalid UTF-8 replaced).
+#![no_main]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, TryRecvError};
+use libfuzzer_sys::fuzz_target;
+use mcp_task_store::protocol::RpcError;
+use mcp_task_store::server::{
+    demo, error_result, text_result, Connection, Server, TaskSupport, Tool,
+};
+use mcp_task_store::StoreConfig;
+use serde_json::{json, Value};
+
+/// Longest a message may wait for its answer once everything left running was cancelled.
+const HANG: Duration = Duration::from_secs(10);
+
+fn tools() -> Vec<Tool> {
+    let echo = |name: &str, support| {
+        Tool::new(
+            name,
+            "Returns its arguments",
+            json!({"type": "object"}),
+            support,
+            |args, _| Ok(text_result(args.to_string())),
+        )
+    };
+    let mut tools = vec![
+        echo("echo", TaskSupport::Optional),
+        echo("must", TaskSupport::Required),
+        echo("never", TaskSupport::Forbidden),
+        Tool::new(
+            "fail",
+            "Fails",
+            json!({"type": "object"}),
+            TaskSupport::Optional,
+            |_, _| Ok(error_result("failed")),
+        ),
+        Tool::new(
+            "boom",
+            "Errs",
+            json!({"type": "object"}),
+            TaskSupport::Optional,
+            |_, _| Err(RpcError::new(-32000, "boom").with_data(json!({"why": "fuzzing"}))),
+        ),
+    ];
+    // The demo tools that finish at once, or wait only for their client's input.
+    tools.extend(
+        demo::tools()
+            .into_iter()
+            .filter(|t| matches!(t.name(), "ask" | "greet" | "confirm_delete" | "multi_input")),
+    );
+    tools
+}
+
+fn server() -> Server {
+    let mut builder = Server::builder()
+        .workers(4)
+        .promote_after(Duration::from_millis(5))
+        .store_config(StoreConfig {
+            page_size: 3,
+            ..StoreConfig::default()
+        });
+    for tool in tools() {
+        builder = builder.tool(tool);
+    }
+    builder.build().unwrap()
+}
+
+/// What one message should get.
+#[derive(Debug)]
+enum Kind {
+    Request {
+        id: Value,
+    },
+    Nothing,
+    Malformed {
+        parse_error: bool,
+        id: Option<Value>,
+    },
+    /// Too deep for this oracle's parser to say: at most one answer.
+    Unknown,
+}
+
+fn valid_id(id: &Value) -> bool {
+    id.is_string() || id.as_i64().is_some()
+}
+
+fn kind(text: &str) -> Kind {
+    let value = match serde_json::from_str::<Value>(text) {
+        Ok(value) => value,
+        Err(e) if e.to_string().contains("recursion limit") => return Kind::Unknown,
+        Err(_) => {
+            return Kind::Malformed {
+                parse_error: true,
+                id: None,
+            }
+        }
+    };
+    let Value::Object(object) = value else {
+        return Kind::Malformed {
+            parse_error: false,
+            id: None,
+        };
+    };
+    if !object.contains_key("method")
+        && (object.contains_key("result") || object.contains_key("error"))
+    {
+        return Kind::Nothing;
+    }
+    let id = object.get("id").cloned();
+    let usable_id = id.clone().filter(valid_id);
+    let malformed = Kind::Malformed {
+        parse_error: false,
+        id: usable_id.clone(),
+    };
+    if id.is_some() && usable_id.is_none() || object.get("jsonrpc") != Some(&json!("2.0")) {
+        return malformed;
+    }
+    let params = object.get("params").filter(|p| !p.is_null());
+    if let (Some(Value::String(_)), None) = (object.get("method"), &id) {
+        if params.is_some_and(|p| !p.is_object() && !p.is_array()) {
+            return malformed;
+        }
+        return Kind::Nothing;
+    }
+    match (object.get("method"), usable_id) {
+        (Some(Value::String(_)), Some(_)) if params.is_some_and(|p| !p.is_object()) => malformed,
+        (Some(Value::String(_)), Some(id)) => Kind::Request { id },
+        _ => malformed,
+    }
+}
+
+/// The request id a `notifications/cancelled` names.
+fn cancelled_id(text: &str) -> Option<Value> {
+    let value: Value = serde_json::from_str(text).ok()?;
+    if value.get("method")? != "notifications/cancelled" || value.get("id").is_some() {
+        return None;
+    }
+    value.get("params")?.get("requestId").cloned()
+}
+
+#[derive(Debug)]
+enum Got {
+    Answer(Value),
+    Nothing,
+    Waiting,
+}
+
+struct Harness {
+    server: Server,
+    connection: Arc<Connection>,
+    outgoing: Receiver<Value>,
+    stop_events: Option<crossbeam_channel::Sender<()>>,
+    events: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let server = server();
+        let (tx, outgoing) = crossbeam_channel::unbounded();
+        let connection = server.connect(tx, None);
+        let (stop_events, stop) = crossbeam_channel::bounded::<()>(0);
+        let events = {
+            let events = server.store().subscribe().unwrap();
+            let connection = connection.clone();
+            std::thread::spawn(move || loop {
+                crossbeam_channel::select! {
+                    recv(events) -> event => match event {
+                        Ok(event) => connection.handle_store_event(&event),
+                        Err(_) => return,
+                    },
+                    recv(stop) -> _ => return,
+                }
+            })
+        };
+        Harness {
+            server,
+            connection,
+            outgoing,
+            stop_events: Some(stop_events),
+            events: Some(events),
+        }
+    }
+
+    fn send(&self, text: &str) -> Receiver<Value> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.connection.handle_text(
+            text,
+            Box::new(move |response| {
+                tx.try_send(response).expect("a responder called twice");
+            }),
+        );
+        rx
+    }
+
+    /// Declines the server's requests so far.
+    fn decline(&self) {
+        while let Ok(message) = self.outgoing.try_recv() {
+            assert_eq!(message["jsonrpc"], "2.0", "{message}");
+            assert!(message["method"].is_string(), "{message}");
+            if let Some(id) = message.get("id") {
+                let decline = json!({"jsonrpc": "2.0", "id": id, "result": {"action": "decline"}});
+                drop(self.send(&decline.to_string()));
+            }
+        }
+    }
+
+    fn cancel_all(&self) {
+        let store = self.server.store();
+        let mut cursor: Option<String> = None;
+        while let Ok(page) = store.list(None, cursor.as_deref()) {
+            for task in page.tasks.iter().filter(|t| !t.status.is_terminal()) {
+                let _ = store.cancel(task.task_id, None, None);
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.cancel_all();
+        self.connection.close();
+        drop(self.stop_events.take());
+        if let Some(events) = self.events.take() {
+            let _ = events.join();
+        }
+    }
+}
+
+fn poll(rx: &Receiver<Value>) -> Got {
+    match rx.try_recv() {
+        Ok(answer) => Got::Answer(answer),
+        Err(TryRecvError::Disconnected) => Got::Nothing,
+        Err(TryRecvError::Empty) => Got::Waiting,
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    if data.len() > 64 * 1024 {
+        return;
+    }
+    let text = String::from_utf8_lossy(data);
+    let lines: Vec<&str> = text.split('\n').collect();
+    if lines.len() > 64 {
+        return;
+    }
+    let h = Harness::new();
+    let mut sent: Vec<(Kind, Receiver<Value>, Got)> = Vec::new();
+    for line in &lines {
+        let rx = h.send(line);
+        h.decline();
+        let got = poll(&rx);
+        sent.push((kind(line), rx, got));
+    }
+    let cancelled: Vec<Value> = lines.iter().filter_map(|l| cancelled_id(l)).collect();
+    // A short while for what runs to finish; then whatever still runs is cancelled.
+    let mut deadline = Instant::now() + Duration::from_millis(50);
+    let mut cancelled_all = false;
+    loop {
+        h.decline();
+        let mut waiting = false;
+        for (_, rx, got) in &mut sent {
+            if matches!(got, Got::Waiting) {
+                *got = poll(rx);
+                waiting |= matches!(got, Got::Waiting);
+            }
+        }
+        if !waiting {
+            break;
+        }
+        if Instant::now() >= deadline {
+            assert!(!cancelled_all, "no answer within {HANG:?}: {sent:?}");
+            h.cancel_all();
+            cancelled_all = true;
+            deadline = Instant::now() + HANG;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for (kind, _, got) in &sent {
+        match (kind, got) {
+            (Kind::Request { id }, Got::Answer(answer)) if answer.is_null() => {
+                assert!(cancelled.contains(id), "request {id} got no response");
+            }
+            (Kind::Request { id }, Got::Answer(answer)) => {
+                assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
+                assert_eq!(&answer["id"], id, "{answer}");
+                assert!(
+                    answer.get("result").is_some() != answer.get("error").is_some(),
+                    "{answer}"
+                );
+            }
+            (Kind::Request { id }, Got::Nothing) => panic!("request {id} was dropped unanswered"),
+            (Kind::Nothing, Got::Answer(answer)) => panic!("{kind:?} was answered: {answer}"),
+            (Kind::Malformed { parse_error, id }, Got::Answer(answer)) => {
+                let code = answer["error"]["code"].as_i64();
+                if *parse_error {
+                    assert_eq!(code, Some(-32700), "{answer}");
+                } else {
+                    assert!(matches!(code, Some(-32600 | -32602)), "{answer}");
+                }
+                match id {
+                    Some(id) => assert!(answer["id"] == *id || answer["id"].is_null(), "{answer}"),
+                    None => assert!(answer["id"].is_null(), "{answer}"),
+                }
+            }
+            (Kind::Malformed { .. }, Got::Nothing) => panic!("{kind:?} got no error"),
+            (Kind::Nothing | Kind::Unknown, _) => {}
+            (_, Got::Waiting) => unreachable!(),
+        }
+    }
+    // The connection still works.
+    let rx = h.send(r#"{"jsonrpc":"2.0","id":"fuzz-ping","method":"ping"}"#);
+    let answer = rx.recv_timeout(HANG).expect("ping after the input");
+    assert_eq!(answer["id"], "fuzz-ping", "{answer}");
+});
