@@ -1,7 +1,9 @@
 //! Journal recovery on arbitrary files: the bytes become a snapshot and a log in a fresh
 //! directory, and a store is opened on it. It must give a store or a clear error, never a
-//! panic, an abort or an unbounded allocation; and a store that opened must read back what
-//! it wrote: opened again (without salvage), it opens.
+//! panic, an abort or an unbounded allocation. A store that opened then has each task
+//! driven through every call the protocol makes (whatever state recovery left it in), and
+//! must read back what it wrote: opened again (without salvage), it opens, with the same
+//! tasks in the same states (less any whose TTL ran out in between).
 //!
 //! Input: one byte of options, then parts separated by the bytes FF FE (never in UTF-8,
 //! so never inside a JSON record):
@@ -17,9 +19,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use libfuzzer_sys::fuzz_target;
+use std::time::Duration;
+
 use mcp_task_store::{
-    CreateTask, Durability, JournalConfig, RecoveryPolicy, Store, StoreError, TaskId,
+    CreateTask, Durability, JournalConfig, Outcome, RecoveryPolicy, SessionId, Store, StoreError,
+    TaskId, TaskStatus,
 };
+use serde_json::json;
 
 const SEPARATOR: &[u8] = &[0xFF, 0xFE];
 
@@ -74,21 +80,49 @@ fn open(config: &JournalConfig) -> Result<Store, StoreError> {
     Store::builder().journal(config.clone()).build()
 }
 
-/// Every task the store lists without a session.
-fn listed(store: &Store) -> Vec<TaskId> {
-    let mut ids = Vec::new();
-    let mut cursor: Option<String> = None;
-    for _ in 0..10_000 {
-        let page = store
-            .list(None, cursor.as_deref())
-            .expect("listing a store that opened");
-        ids.extend(page.tasks.iter().map(|t| t.task_id));
-        match page.next_cursor {
-            Some(next) => cursor = Some(next),
-            None => return ids,
+/// Every task the store lists, sessionless and in the seeds' session, with its status.
+fn listed(store: &Store) -> Vec<(TaskId, Option<SessionId>, TaskStatus)> {
+    let mut tasks = Vec::new();
+    for session in [None, Some(SessionId::from("s-1"))] {
+        let mut cursor: Option<String> = None;
+        for page in 0.. {
+            assert!(page < 10_000, "listing never ended");
+            let page = store
+                .list(session.as_ref(), cursor.as_deref())
+                .expect("listing a store that opened");
+            tasks.extend(
+                page.tasks
+                    .iter()
+                    .map(|t| (t.task_id, session.clone(), t.status)),
+            );
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
         }
     }
-    panic!("listing never ended");
+    tasks
+}
+
+/// Drives a recovered task through what the protocol layer may ask of it: whatever
+/// state recovery left it in, no call may panic.
+fn exercise(store: &Store, id: TaskId, session: Option<&SessionId>) {
+    let _ = store.get_result(id, session);
+    if let Ok(detail) = store.get_detail(id, session) {
+        for key in detail.input_requests.keys() {
+            let answer = [(key.clone(), json!({"action": "accept"}))].into();
+            let _ = store.resolve_input(id, session, answer);
+        }
+    }
+    let _ = store.resolve_input(id, session, [("k".to_string(), json!({}))].into());
+    let request = json!({"method": "elicitation/create", "params": {}});
+    let _ = store.set_input_requests(id, session, [("fz".to_string(), request)].into());
+    let _ = store.update_status(id, session, TaskStatus::Working, Some("fuzz".into()));
+    let _ = store.wait_input(id, session, "fz", Some(Duration::ZERO));
+    let outcome = Outcome::result(json!({"content": []}));
+    let _ = store.store_result(id, session, TaskStatus::Completed, outcome, None);
+    let _ = store.cancel(id, session, None);
+    let _ = store.wait_terminal(id, session, Some(Duration::ZERO));
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -148,12 +182,11 @@ fuzz_target!(|data: &[u8]| {
     };
     config.compact_min_bytes = 4096;
     if let Ok(store) = open(&config) {
-        let before = listed(&store);
-        for id in &before {
-            let _ = store.get(*id, None);
-            let _ = store.get_result(*id, None);
+        for (id, session, _) in listed(&store) {
+            exercise(&store, id, session.as_ref());
         }
         let created = store.create(CreateTask::new().ttl(60_000)).ok();
+        let before = listed(&store);
         drop(store);
         config.salvage = false;
         let store = match open(&config) {
@@ -161,8 +194,21 @@ fuzz_target!(|data: &[u8]| {
             Err(e) => panic!("a journal the store wrote does not open again: {e}"),
         };
         let after = listed(&store);
+        // Tasks may expire in between (their TTL ran out), and those still running fail
+        // under `FailRunning`; nothing else may change.
+        for (id, session, status) in &after {
+            let was = before.iter().find(|(i, s, _)| i == id && s == session);
+            let Some((_, _, was)) = was else {
+                panic!("{id} was not listed before: {before:?}");
+            };
+            let failed = !keep && !was.is_terminal() && *status == TaskStatus::Failed;
+            assert!(was == status || failed, "{id} was {was:?}, is {status:?}");
+        }
         if let Some(created) = created {
-            assert!(after.contains(&created.task_id), "the task created is lost");
+            assert!(
+                after.iter().any(|(id, _, _)| *id == created.task_id),
+                "the task created is lost"
+            );
         }
         drop(store);
     }

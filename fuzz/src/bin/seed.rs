@@ -257,8 +257,132 @@ fn http() {
     }
 }
 
+/// A real conversation between the client and an in-process server, recorded as the
+/// `client_session` target's turns: for each request of the client's, what the server
+/// sent until that request's response, the id replaced by `$ID`.
+fn client_session(sep: bool) {
+    use mcp_task_store::client::{CallOptions, Client, InputRequest, Revision};
+    use mcp_task_store::server::{text_result, Server, TaskSupport, Tool};
+    use std::io::{Read, Write};
+    use std::time::Duration;
+
+    let echo = Tool::new(
+        "echo",
+        "Asks, then echoes",
+        json!({"type": "object"}),
+        TaskSupport::Optional,
+        |args, ctx| {
+            let answer = ctx.elicit(json!({"mode": "form", "message": "name?", "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}}))?;
+            Ok(text_result(format!("{args} {answer}")))
+        },
+    );
+    let server = Server::builder().tool(echo).build().unwrap();
+    let (out_tx, outgoing) = crossbeam_channel::unbounded::<serde_json::Value>();
+    let connection = server.connect(out_tx, None);
+    let (to_server, requests) = crossbeam_channel::unbounded::<Vec<u8>>();
+    let (replies, from_server) = crossbeam_channel::unbounded::<Vec<u8>>();
+    let recorder = std::thread::spawn(move || {
+        let mut turns = Vec::new();
+        for line in requests {
+            let text = String::from_utf8_lossy(&line).into_owned();
+            let message: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            connection.handle_text(&text, Box::new(move |v| drop(tx.send(v))));
+            let (Some(_), true) = (message.get("id"), message.get("method").is_some()) else {
+                continue;
+            };
+            let mut turn = Vec::new();
+            let response = loop {
+                crossbeam_channel::select! {
+                    recv(rx) -> r => break r.ok(),
+                    recv(outgoing) -> m => turn.push(m.unwrap().to_string()),
+                    default(Duration::from_secs(3)) => break None,
+                }
+            };
+            while let Ok(m) = outgoing.try_recv() {
+                turn.push(m.to_string());
+            }
+            let mut recorded = turn.clone();
+            if let Some(response) = response.filter(|r| !r.is_null()) {
+                turn.push(response.to_string());
+                let mut response = response;
+                response["id"] = json!("$ID");
+                recorded.push(response.to_string().replace("\"$ID\"", "$ID"));
+            }
+            turns.push(recorded.join("\n"));
+            let mut reply = turn.join("\n");
+            reply.push('\n');
+            if replies.send(reply.into_bytes()).is_err() {
+                break;
+            }
+        }
+        turns
+    });
+    struct W(crossbeam_channel::Sender<Vec<u8>>, Vec<u8>);
+    impl Write for W {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            for &b in buf {
+                if b == b'\n' {
+                    let _ = self.0.send(std::mem::take(&mut self.1));
+                } else {
+                    self.1.push(b);
+                }
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    struct R(crossbeam_channel::Receiver<Vec<u8>>, Vec<u8>, usize);
+    impl Read for R {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            while self.2 == self.1.len() {
+                match self.0.recv() {
+                    Ok(chunk) => (self.1, self.2) = (chunk, 0),
+                    Err(_) => return Ok(0),
+                }
+            }
+            let n = buf.len().min(self.1.len() - self.2);
+            buf[..n].copy_from_slice(&self.1[self.2..self.2 + n]);
+            self.2 += n;
+            Ok(n)
+        }
+    }
+    let client = Client::builder()
+        .revision(if sep {
+            Revision::Sep2663
+        } else {
+            Revision::V2025
+        })
+        .poll_interval(Duration::from_millis(10))
+        .max_poll_interval(Duration::from_millis(10))
+        .on_elicitation(|_: &InputRequest| {
+            Ok(json!({"action": "accept", "content": {"name": "x"}}))
+        })
+        .connect_streams(R(from_server, Vec::new(), 0), W(to_server, Vec::new()))
+        .unwrap();
+    let _ = client.call_tool_with(
+        "echo",
+        json!({"text": "hi"}),
+        CallOptions::new().deadline(Duration::from_secs(5)),
+    );
+    let _ = client.list_tasks(None);
+    let _ = client.cancel_task("t1");
+    drop(client);
+    let turns = recorder.join().unwrap();
+    let input = [&[u8::from(sep)][..], turns.join("\n#\n").as_bytes()].concat();
+    write(
+        "client_session",
+        if sep { "sep2663" } else { "v2025" },
+        &input,
+    );
+}
+
 fn main() {
     journals();
     conversations();
     http();
+    client_session(false);
+    client_session(true);
 }
