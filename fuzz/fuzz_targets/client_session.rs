@@ -108,8 +108,8 @@ fuzz_target!(|data: &[u8]| {
     let server = std::thread::spawn(move || serve(turns, requests, replies));
     let client = Client::builder()
         .revision(revision)
-        .request_timeout(Duration::from_millis(300))
-        .deadline(Duration::from_secs(1))
+        .request_timeout(Duration::from_millis(50))
+        .deadline(Duration::from_millis(300))
         .poll_interval(Duration::from_millis(10))
         .max_poll_interval(Duration::from_millis(10))
         .stuck_polls(3)
@@ -134,7 +134,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = client.call_tool_with(
             "echo",
             json!({"text": "hi"}),
-            CallOptions::new().deadline(Duration::from_secs(1)),
+            CallOptions::new().deadline(Duration::from_millis(300)),
         );
         let _ = client.list_tasks(None);
         let _ = client.cancel_task("t1");

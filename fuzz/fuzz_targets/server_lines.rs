@@ -7,11 +7,13 @@
 //! - a notification or a response nothing;
 //! - anything else one error: -32700 for what is not JSON, else -32600 or -32602.
 //!
-//! The server's own requests (elicitation) are declined, as a client done with the
-//! conversation would; whatever still runs once the input is handled is cancelled through
-//! the store. Afterwards the connection still answers `ping`.
+//! The server's own requests (elicitation) left unanswered by the input are declined once
+//! it is handled, as a client done with the conversation would; whatever still runs then is
+//! cancelled through the store. Afterwards the connection still answers `ping`.
 //!
-//! Input: the lines (split on `\n`, invalid UTF-8 replaced).
+//! Input: the lines (split on `\n`, invalid UTF-8 replaced). So that lines can name real
+//! things, as a client would, `$TASK` in a line becomes the id of the task an earlier answer
+//! named last, and `$SREQ` the id of the server's latest request (JSON).
 #![no_main]
 
 use std::sync::Arc;
@@ -208,15 +210,26 @@ impl Harness {
         rx
     }
 
-    /// Declines the server's requests so far.
-    fn decline(&self) {
+    /// The server's requests and notifications so far, checked; the ids of its requests.
+    fn from_server(&self) -> Vec<Value> {
+        let mut ids = Vec::new();
         while let Ok(message) = self.outgoing.try_recv() {
             assert_eq!(message["jsonrpc"], "2.0", "{message}");
             assert!(message["method"].is_string(), "{message}");
             if let Some(id) = message.get("id") {
-                let decline = json!({"jsonrpc": "2.0", "id": id, "result": {"action": "decline"}});
-                drop(self.send(&decline.to_string()));
+                ids.push(id.clone());
             }
+        }
+        ids
+    }
+
+    /// Declines the server's requests so far (a second answer to one the input answered
+    /// must be ignored).
+    fn decline(&self, mut ids: Vec<Value>) {
+        ids.extend(self.from_server());
+        for id in ids {
+            let decline = json!({"jsonrpc": "2.0", "id": id, "result": {"action": "decline"}});
+            drop(self.send(&decline.to_string()));
         }
     }
 
@@ -265,18 +278,37 @@ fuzz_target!(|data: &[u8]| {
     }
     let h = Harness::new();
     let mut sent: Vec<(Kind, Receiver<Value>, Got)> = Vec::new();
+    let mut server_requests: Vec<Value> = Vec::new();
+    let mut task: Option<String> = None;
+    let mut cancelled: Vec<Value> = Vec::new();
     for line in &lines {
-        let rx = h.send(line);
-        h.decline();
+        let mut line = line.to_string();
+        if let Some(task) = &task {
+            line = line.replace("$TASK", task);
+        }
+        if let Some(id) = server_requests.last() {
+            line = line.replace("$SREQ", &id.to_string());
+        }
+        let rx = h.send(&line);
+        server_requests.extend(h.from_server());
         let got = poll(&rx);
-        sent.push((kind(line), rx, got));
+        if let Got::Answer(answer) = &got {
+            let named = answer
+                .pointer("/result/task/taskId")
+                .or_else(|| answer.pointer("/result/taskId"));
+            if let Some(id) = named.and_then(Value::as_str) {
+                task = Some(id.to_owned());
+            }
+        }
+        cancelled.extend(cancelled_id(&line));
+        sent.push((kind(&line), rx, got));
     }
-    let cancelled: Vec<Value> = lines.iter().filter_map(|l| cancelled_id(l)).collect();
+    h.decline(server_requests);
     // A short while for what runs to finish; then whatever still runs is cancelled.
     let mut deadline = Instant::now() + Duration::from_millis(50);
     let mut cancelled_all = false;
     loop {
-        h.decline();
+        h.decline(Vec::new());
         let mut waiting = false;
         for (_, rx, got) in &mut sent {
             if matches!(got, Got::Waiting) {

@@ -193,27 +193,28 @@ fn conversations() {
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"a": 1}, "task": {"ttl": 60000}}}),
         json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "ask", "arguments": {"question": "q"}, "task": {}}}),
         json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/list"}),
-        json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/get", "params": {"taskId": "00000000-0000-4000-8000-000000000000"}}),
-        json!({"jsonrpc": "2.0", "id": "r", "method": "tasks/result", "params": {"taskId": "00000000-0000-4000-8000-000000000000"}}),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/get", "params": {"taskId": "$TASK"}}),
+        json!({"jsonrpc": "2.0", "id": "r", "method": "tasks/result", "params": {"taskId": "$TASK"}}),
         json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "boom", "arguments": {}}}),
         json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 6}}),
         json!({"jsonrpc": "2.0", "id": 7, "method": "tasks/cancel", "params": {"taskId": "x"}}),
-        json!({"jsonrpc": "2.0", "id": 0, "result": {"action": "accept", "content": {"name": "n"}}}),
+        json!({"jsonrpc": "2.0", "id": "$SREQ", "result": {"action": "accept", "content": {"name": "n"}}}),
     ];
     let sep = [
         json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": sep_meta}}),
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "multi_input", "arguments": {}, "_meta": sep_meta}}),
         json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "confirm_delete", "arguments": {"filename": "f"}, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}}, "_meta": sep_meta}}),
-        json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": {"taskId": "00000000-0000-4000-8000-000000000000", "_meta": sep_meta}}),
-        json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/update", "params": {"taskId": "00000000-0000-4000-8000-000000000000", "inputResponses": {"k": {}}, "_meta": sep_meta}}),
-        json!({"jsonrpc": "2.0", "id": 6, "method": "tasks/cancel", "params": {"taskId": "00000000-0000-4000-8000-000000000000", "_meta": sep_meta}}),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": {"taskId": "$TASK", "_meta": sep_meta}}),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/update", "params": {"taskId": "$TASK", "inputResponses": {"k": {}}, "_meta": sep_meta}}),
+        json!({"jsonrpc": "2.0", "id": 6, "method": "tasks/cancel", "params": {"taskId": "$TASK", "_meta": sep_meta}}),
         json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "must", "arguments": {}, "_meta": sep_meta}}),
         json!({"jsonrpc": "2.0", "id": 8, "method": "subscriptions/listen", "params": {"_meta": sep_meta}}),
     ];
     let lines = |messages: &[serde_json::Value]| {
         messages
             .iter()
-            .map(|m| m.to_string())
+            // `$SREQ` stands for a JSON value: unquoted.
+            .map(|m| m.to_string().replace("\"$SREQ\"", "$SREQ"))
             .collect::<Vec<_>>()
             .join("\n")
     };
