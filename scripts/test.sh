@@ -39,6 +39,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --document-private
 step "cargo test (unit, integration and doc tests)"
 cargo test --all-features
 
+step "the fuzz targets still build against the crate (they are run by hand: see Fuzzing)"
+cargo check --quiet --manifest-path fuzz/Cargo.toml --locked --bins
+
 step "the committed C header matches the pinned cbindgen's output"
 cbindgen_version=0.29.4
 if [ "$(cbindgen --version 2>/dev/null)" != "cbindgen $cbindgen_version" ]; then
