@@ -492,28 +492,61 @@ fn a_log_chain_with_a_gap_is_refused_and_kept() {
     assert!(first.exists() && third.exists(), "nothing is deleted");
 }
 
-#[test]
-fn a_broken_end_of_a_log_with_a_newer_log_after_it_is_damage_and_salvage_stops_there() {
-    let dir = tempfile::tempdir().unwrap();
+/// A journal in `dir` whose chain is journal-0 (two creates, then the first 5 bytes of a
+/// third batch: a broken end) and journal-1 (that third batch whole). Under `Fsync` a log
+/// is synced before the next one begins, so such an end is no crash's doing: damage.
+struct TornChain {
+    /// The two tasks journal-0 holds whole.
+    ids: Vec<TaskId>,
+    /// The task journal-1 creates.
+    later: TaskId,
+    first: PathBuf,
+    second: PathBuf,
+    /// Where journal-0's whole batches end.
+    end: usize,
+    /// journal-0 as it was before it was split: `whole[end..]` is journal-1.
+    whole: Vec<u8>,
+}
+
+fn torn_chain(dir: &Path) -> TornChain {
     let ids: Vec<TaskId> = {
-        let store = open(dir.path());
+        let store = open(dir);
         (0..2)
             .map(|_| store.create(CreateTask::new()).unwrap().task_id)
             .collect()
     };
-    // The chain journal-0, journal-1, the first torn at its end. A log is synced before
-    // the next one begins, so that is no crash's doing: damage.
-    let (first, second) = (log_at(dir.path(), 0), log_at(dir.path(), 1));
+    let (first, second) = (log_at(dir, 0), log_at(dir, 1));
     let mut bytes = fs::read(&first).unwrap();
     let end = bytes.len();
     let later = {
-        let store = open(dir.path());
+        let store = open(dir);
         store.create(CreateTask::new()).unwrap().task_id
     };
     let whole = fs::read(&first).unwrap();
     fs::write(&second, &whole[end..]).unwrap();
     bytes.extend_from_slice(&whole[end..end + 5]);
     fs::write(&first, &bytes).unwrap();
+    TornChain {
+        ids,
+        later,
+        first,
+        second,
+        end,
+        whole,
+    }
+}
+
+#[test]
+fn a_broken_end_of_a_log_with_a_newer_log_after_it_is_damage_and_salvage_stops_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let TornChain {
+        ids,
+        later,
+        first,
+        second,
+        end,
+        whole,
+    } = torn_chain(dir.path());
     let message = damage_at(dir.path(), end);
     assert!(message.contains(&first.display().to_string()), "{message}");
     assert!(message.contains("salvage"), "{message}");
@@ -545,24 +578,14 @@ fn a_broken_end_of_a_log_with_a_newer_log_after_it_is_damage_and_salvage_stops_t
 #[test]
 fn a_salvage_that_cannot_set_a_newer_log_aside_leaves_the_damage_in_place() {
     let dir = tempfile::tempdir().unwrap();
-    let ids: Vec<TaskId> = {
-        let store = open(dir.path());
-        (0..2)
-            .map(|_| store.create(CreateTask::new()).unwrap().task_id)
-            .collect()
-    };
-    // The chain journal-0, journal-1, the first with a broken end, as above.
-    let (first, second) = (log_at(dir.path(), 0), log_at(dir.path(), 1));
-    let mut bytes = fs::read(&first).unwrap();
-    let end = bytes.len();
-    let later = {
-        let store = open(dir.path());
-        store.create(CreateTask::new()).unwrap().task_id
-    };
-    let whole = fs::read(&first).unwrap();
-    fs::write(&second, &whole[end..]).unwrap();
-    bytes.extend_from_slice(&whole[end..end + 5]);
-    fs::write(&first, &bytes).unwrap();
+    let TornChain {
+        ids,
+        later,
+        second,
+        end,
+        whole,
+        ..
+    } = torn_chain(dir.path());
     // The second log cannot be set aside (every name for it is taken; a full disk, or a
     // crash half way through the salvage, does the same): the salvage fails.
     let aside = format!("{}.damaged-0", second.display());
