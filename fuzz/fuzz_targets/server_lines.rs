@@ -211,7 +211,7 @@ impl Harness {
     }
 
     /// The server's requests and notifications so far, checked; the ids of its requests.
-    fn from_server(&self) -> Vec<Value> {
+    fn server_messages(&self) -> Vec<Value> {
         let mut ids = Vec::new();
         while let Ok(message) = self.outgoing.try_recv() {
             assert_eq!(message["jsonrpc"], "2.0", "{message}");
@@ -226,7 +226,7 @@ impl Harness {
     /// Declines the server's requests so far (a second answer to one the input answered
     /// must be ignored).
     fn decline(&self, mut ids: Vec<Value>) {
-        ids.extend(self.from_server());
+        ids.extend(self.server_messages());
         for id in ids {
             let decline = json!({"jsonrpc": "2.0", "id": id, "result": {"action": "decline"}});
             drop(self.send(&decline.to_string()));
@@ -290,7 +290,7 @@ fuzz_target!(|data: &[u8]| {
             line = line.replace("$SREQ", &id.to_string());
         }
         let rx = h.send(&line);
-        server_requests.extend(h.from_server());
+        server_requests.extend(h.server_messages());
         let got = poll(&rx);
         if let Got::Answer(answer) = &got {
             let named = answer

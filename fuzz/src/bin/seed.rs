@@ -250,7 +250,7 @@ fn http() {
     let replies = [
         format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}", answer.len()),
         format!("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\nid: 7\nretry: 10\nevent: message\ndata: {answer}\n\n\r\n0\r\n\r\n", answer.len() + 45),
-        format!("HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n\r\n{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":-32600,\"message\":\"x\"}}}}"),
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":\"x\"}}".to_string(),
         "HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n".to_string(),
     ];
     for (i, reply) in replies.iter().enumerate() {
