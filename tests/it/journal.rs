@@ -428,13 +428,7 @@ fn a_damaged_log_is_salvaged_on_request_keeping_what_precedes_the_damage() {
     let mut config = journal(dir.path(), RecoveryPolicy::Keep);
     config.salvage = true;
     let store = Store::builder().journal(config).build().unwrap();
-    let kept: Vec<TaskId> = store
-        .list(None, None)
-        .unwrap()
-        .tasks
-        .into_iter()
-        .map(|t| t.task_id)
-        .collect();
+    let kept = ids_in(&store);
     assert_eq!(kept, ids[..1]);
     // What was dropped is kept for a human, byte for byte; the log goes on from the cut.
     let aside = dir.path().join(format!(
@@ -555,13 +549,7 @@ fn a_broken_end_of_a_log_with_a_newer_log_after_it_is_damage_and_salvage_stops_t
     let mut config = journal(dir.path(), RecoveryPolicy::Keep);
     config.salvage = true;
     let store = Store::builder().journal(config).build().unwrap();
-    let kept: Vec<TaskId> = store
-        .list(None, None)
-        .unwrap()
-        .tasks
-        .into_iter()
-        .map(|t| t.task_id)
-        .collect();
+    let kept = ids_in(&store);
     assert_eq!(kept, ids);
     assert!(!second.exists());
     let aside = format!("{}.damaged-0", second.display());
@@ -622,13 +610,7 @@ fn a_salvage_that_cannot_set_a_newer_log_aside_leaves_the_damage_in_place() {
     let mut config = journal(dir.path(), RecoveryPolicy::Keep);
     config.salvage = true;
     let store = Store::builder().journal(config).build().unwrap();
-    let kept: Vec<TaskId> = store
-        .list(None, None)
-        .unwrap()
-        .tasks
-        .into_iter()
-        .map(|t| t.task_id)
-        .collect();
+    let kept = ids_in(&store);
     assert_eq!(kept, ids);
     assert!(!second.exists());
     assert_eq!(fs::read(&aside).unwrap(), whole[end..]);
@@ -665,13 +647,7 @@ fn without_fsync_a_cut_end_of_a_log_with_a_newer_one_after_it_is_dropped_and_the
     fs::write(&second, [header, &whole[cut..]].concat()).unwrap();
     fs::write(&first, &whole[..end + (cut - end) / 2]).unwrap();
     let store = Store::builder().journal(flush()).build().unwrap();
-    let kept: Vec<TaskId> = store
-        .list(None, None)
-        .unwrap()
-        .tasks
-        .into_iter()
-        .map(|t| t.task_id)
-        .collect();
+    let kept = ids_in(&store);
     assert_eq!(kept, [first_id, later]);
     assert!(store.get(lost, None).is_err());
     drop(store);
@@ -859,7 +835,11 @@ fn compacting(dir: &Path) -> JournalConfig {
 
 /// Every task a store reopened on `dir` holds, in creation order.
 fn listed(dir: &Path) -> Vec<TaskId> {
-    let store = open(dir);
+    ids_in(&open(dir))
+}
+
+/// Every task `store` holds (one page's worth), in creation order.
+fn ids_in(store: &Store) -> Vec<TaskId> {
     let tasks = store.list(None, None).unwrap().tasks;
     tasks.into_iter().map(|t| t.task_id).collect()
 }

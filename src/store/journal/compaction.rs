@@ -32,7 +32,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -434,7 +434,7 @@ fn finish(
 }
 
 /// Removes `path` and makes the removal durable; a file that is not there is no error.
-fn remove_durably(dir: &Path, path: &PathBuf) -> io::Result<()> {
+fn remove_durably(dir: &Path, path: &Path) -> io::Result<()> {
     match fs::remove_file(path) {
         Ok(()) => sync_dir(dir),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -499,6 +499,15 @@ mod tests {
         }
     }
 
+    /// A journal in `dir` that never syncs (these tests cut no power) and keeps running
+    /// tasks running at start.
+    fn unsynced(dir: &Path) -> JournalConfig {
+        let mut config = JournalConfig::new(dir);
+        config.durability = crate::store::journal::Durability::None;
+        config.recovery = RecoveryPolicy::Keep;
+        config
+    }
+
     /// Opens the journal in `config.dir`, checking that it recovers `model` exactly.
     fn reopen(config: &JournalConfig, model: &BTreeMap<u64, TaskRecord>) -> Journal {
         let (mut journal, recovered) = Journal::open(config).unwrap();
@@ -532,9 +541,7 @@ mod tests {
             steps in proptest::collection::vec(step(), 1..120)
         ) {
             let dir = tempfile::tempdir().unwrap();
-            let mut config = JournalConfig::new(dir.path());
-            config.durability = crate::store::journal::Durability::None;
-            config.recovery = RecoveryPolicy::Keep;
+            let config = unsynced(dir.path());
             let mut model: BTreeMap<u64, TaskRecord> = BTreeMap::new();
             let mut next_seq = 0u64;
             let mut journal = reopen(&config, &model);
@@ -639,9 +646,7 @@ mod tests {
         // them as due, not only the new log (which may never grow large enough), or each
         // interrupted compaction adds a log the chain keeps for good.
         let dir = tempfile::tempdir().unwrap();
-        let mut config = JournalConfig::new(dir.path());
-        config.durability = crate::store::journal::Durability::None;
-        config.recovery = RecoveryPolicy::Keep;
+        let mut config = unsynced(dir.path());
         config.compact_min_bytes = 4096;
         let mut model = BTreeMap::new();
         let mut journal = reopen(&config, &model);
@@ -670,9 +675,7 @@ mod tests {
         // first look at the clock kept the owner thread, and every caller, for as long as
         // writing them all takes, however short the turn was meant to be.
         let dir = tempfile::tempdir().unwrap();
-        let mut config = JournalConfig::new(dir.path());
-        config.durability = crate::store::journal::Durability::None;
-        config.recovery = RecoveryPolicy::Keep;
+        let config = unsynced(dir.path());
         let mut model: BTreeMap<u64, TaskRecord> = BTreeMap::new();
         let mut journal = reopen(&config, &model);
         for seq in 0..4 {
@@ -707,9 +710,7 @@ mod tests {
         // keeping a later one: the snapshot, synced and named, must not hold a task in a
         // state the log's buffer alone knows about.
         let dir = tempfile::tempdir().unwrap();
-        let mut config = JournalConfig::new(dir.path());
-        config.durability = crate::store::journal::Durability::None;
-        config.recovery = RecoveryPolicy::Keep;
+        let config = unsynced(dir.path());
         let mut model: BTreeMap<u64, TaskRecord> = BTreeMap::new();
         let mut journal = reopen(&config, &model);
         for seq in 0..17 {
