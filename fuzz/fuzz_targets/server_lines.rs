@@ -5,7 +5,11 @@
 //!   method, object or absent params) exactly one response carrying its id, or none only
 //!   when a `notifications/cancelled` in the input named its id;
 //! - a notification or a response nothing;
-//! - anything else one error: -32700 for what is not JSON, else -32600 or -32602.
+//! - anything else one error: -32700 for what is not JSON, else -32600 or -32602;
+//! - an array, once `initialize` settled on a version with batches: one array holding an
+//!   answer for each request in it as above (none for one a `notifications/cancelled`
+//!   named) and nothing else, or nothing when none is due; one error for `[]` or an
+//!   oversized batch. Before that, or on another version, an array is malformed.
 //!
 //! The server's own requests (elicitation) left unanswered by the input are declined once
 //! it is handled, as a client done with the conversation would; whatever still runs then is
@@ -23,7 +27,7 @@ use crossbeam_channel::{Receiver, TryRecvError};
 use libfuzzer_sys::fuzz_target;
 use mcp_task_store::protocol::RpcError;
 use mcp_task_store::server::{
-    demo, error_result, text_result, Connection, Server, TaskSupport, Tool,
+    demo, error_result, text_result, Connection, Server, TaskSupport, Tool, MAX_BATCH_LEN,
 };
 use mcp_task_store::StoreConfig;
 use serde_json::{json, Value};
@@ -96,13 +100,35 @@ enum Kind {
     },
     /// Too deep for this oracle's parser to say: at most one answer.
     Unknown,
+    /// A batch its connection takes, with the ids of the requests in it.
+    Batch {
+        requests: Vec<Value>,
+        len: usize,
+    },
 }
 
 fn valid_id(id: &Value) -> bool {
     id.is_string() || id.as_i64().is_some()
 }
 
-fn kind(text: &str) -> Kind {
+/// What a line should get; `batches`: whether the connection takes batches.
+fn kind(text: &str, batches: bool) -> Kind {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Array(items)) if batches => Kind::Batch {
+            requests: items
+                .iter()
+                .filter_map(|item| match message_kind(&item.to_string()) {
+                    Kind::Request { id } => Some(id),
+                    _ => None,
+                })
+                .collect(),
+            len: items.len(),
+        },
+        _ => message_kind(text),
+    }
+}
+
+fn message_kind(text: &str) -> Kind {
     let value = match serde_json::from_str::<Value>(text) {
         Ok(value) => value,
         Err(e) if e.to_string().contains("recursion limit") => return Kind::Unknown,
@@ -289,6 +315,7 @@ fuzz_target!(|data: &[u8]| {
         if let Some(id) = server_requests.last() {
             line = line.replace("$SREQ", &id.to_string());
         }
+        let batches = h.connection.accepts_batches();
         let rx = h.send(&line);
         server_requests.extend(h.server_messages());
         let got = poll(&rx);
@@ -301,7 +328,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         cancelled.extend(cancelled_id(&line));
-        sent.push((kind(&line), rx, got));
+        sent.push((kind(&line, batches), rx, got));
     }
     h.decline(server_requests);
     // A short while for what runs to finish; then whatever still runs is cancelled.
@@ -355,6 +382,32 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
             (Kind::Malformed { .. }, Got::Nothing) => panic!("{kind:?} got no error"),
+            (Kind::Batch { len, .. }, Got::Answer(answer)) if *len == 0 || *len > MAX_BATCH_LEN => {
+                assert_eq!(answer["error"]["code"], -32600, "{answer}");
+            }
+            (Kind::Batch { requests, len }, Got::Answer(answer)) => {
+                let answers = match answer {
+                    Value::Null => &vec![],
+                    answer => answer.as_array().expect("a batch's answer is an array"),
+                };
+                assert!(!answers.is_empty() || answer.is_null(), "{answer}");
+                // At most one answer per element (notifications and responses get none).
+                assert!(answers.len() <= *len, "{answer}");
+                for answer in answers {
+                    assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
+                    assert!(
+                        answer.get("result").is_some() != answer.get("error").is_some(),
+                        "{answer}"
+                    );
+                }
+                for id in requests.iter().filter(|id| !cancelled.contains(id)) {
+                    assert!(
+                        answers.iter().any(|answer| answer["id"] == *id),
+                        "request {id} of a batch got no response: {answer}"
+                    );
+                }
+            }
+            (Kind::Batch { .. }, Got::Nothing) => panic!("a batch got no answer at all"),
             (Kind::Nothing | Kind::Unknown, _) => {}
             (_, Got::Waiting) => unreachable!(),
         }

@@ -1,5 +1,6 @@
-//! JSON-RPC 2.0 framing as MCP uses it: ids are strings or integers, params are objects,
-//! batches are not part of MCP any more.
+//! JSON-RPC 2.0 framing as MCP uses it: ids are strings or integers, params are objects.
+//! Batches (arrays of messages) exist only in protocol version 2025-03-26 and older; the
+//! connection decides whether one is welcome (see [`parse_value`]).
 
 use std::fmt;
 
@@ -17,6 +18,10 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 /// Internal error.
 pub const INTERNAL_ERROR: i64 = -32603;
+
+/// Why an array is refused where a single message is due.
+pub const BATCHES_REFUSED: &str =
+    "batches are not supported (only protocol versions before 2025-06-18 have them)";
 
 /// A request id: a string or an integer, echoed back verbatim.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
@@ -181,12 +186,17 @@ impl Rejected {
 
 /// Parses one JSON-RPC message.
 pub fn parse_message(text: &str) -> Result<Message, Rejected> {
-    let value: Value = serde_json::from_str(text).map_err(|e| Rejected {
+    classify(parse_value(text)?)
+}
+
+/// Parses the JSON of a message, or of a batch (an array), without classifying it: what
+/// the connection does with an array depends on the protocol version it settled on.
+pub fn parse_value(text: &str) -> Result<Value, Rejected> {
+    serde_json::from_str(text).map_err(|e| Rejected {
         id: None,
         error: RpcError::parse_error(e),
         response: false,
-    })?;
-    classify(value)
+    })
 }
 
 /// Classifies an already-parsed JSON value as a message. An object with `result` or
@@ -200,7 +210,7 @@ pub fn classify(value: Value) -> Result<Message, Rejected> {
     };
     let mut object = match value {
         Value::Object(object) => object,
-        Value::Array(_) => return Err(reject(None, "batches are not supported")),
+        Value::Array(_) => return Err(reject(None, BATCHES_REFUSED)),
         _ => return Err(reject(None, "a message must be a JSON object")),
     };
     if !object.contains_key("method")

@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use super::batch;
 use super::context::{Binding, ClientPeer, TaskContext};
 use super::tools::{Preflight, TaskSupport, Tool};
 use super::ServerCore;
@@ -33,6 +34,10 @@ pub type Responder = Box<dyn FnOnce(Value) + Send>;
 
 /// Protocol versions this server accepts at `initialize`, newest first.
 pub const SUPPORTED_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// The protocol versions with JSON-RPC batches: 2025-03-26 says servers MUST accept them,
+/// 2024-11-05 is plain JSON-RPC 2.0, which allows them; 2025-06-18 removed them.
+const BATCH_VERSIONS: &[&str] = &["2025-03-26", "2024-11-05"];
 
 /// Whether a protocol version a request names (in `_meta`, or the HTTP
 /// `MCP-Protocol-Version` header) is one this server speaks: 2026-07-28 (SEP-2663) or one
@@ -90,6 +95,9 @@ pub struct Connection {
     /// False once `initialize` settled on a protocol version older than 2025-11-25, which
     /// has no tasks: the client is then served as if the server had none.
     tasks_negotiated: AtomicBool,
+    /// True once `initialize` settled on a protocol version that has JSON-RPC batches
+    /// (see [`batch`]).
+    batches_negotiated: AtomicBool,
     /// Set by [`close`](Connection::close): nobody will answer a request sent from now on.
     closed: AtomicBool,
     /// Plain calls still running, by request id, so `notifications/cancelled` can stop
@@ -154,6 +162,7 @@ impl Connection {
             blocked_results: AtomicUsize::new(0),
             notified: Mutex::new(HashMap::new()),
             tasks_negotiated: AtomicBool::new(true),
+            batches_negotiated: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             inline_runs: Mutex::new(HashMap::new()),
             waiting_results: Mutex::new(HashMap::new()),
@@ -167,14 +176,44 @@ impl Connection {
     ///
     /// A message it cannot understand is answered with its error, unless it is a response
     /// (one with `"id": null`, say), which is logged and dropped: `respond` is not called.
+    ///
+    /// A JSON-RPC batch (an array of messages) is welcome once `initialize` settled on a
+    /// version that has them (2025-03-26, 2024-11-05): `respond` then gets the array of
+    /// its answers, or `Value::Null` when none is due. Otherwise it is refused (-32600).
     pub fn handle_text(self: &Arc<Self>, text: &str, respond: Responder) {
-        match jsonrpc::parse_message(text) {
+        let message = match jsonrpc::parse_value(text) {
+            Ok(Value::Array(items)) if self.accepts_batches() => {
+                return self.handle_batch(items, respond)
+            }
+            Ok(value) => jsonrpc::classify(value),
+            Err(rejected) => Err(rejected),
+        };
+        match message {
             Ok(message) => self.handle_message(message, respond),
             Err(rejected) => match rejected.answer() {
                 Some(answer) => respond(answer),
                 None => log::debug!("dropped a response: {}", rejected.error),
             },
         }
+    }
+
+    /// Whether this connection takes JSON-RPC batches: its `initialize` settled on a
+    /// protocol version that has them.
+    pub fn accepts_batches(&self) -> bool {
+        self.batches_negotiated.load(Ordering::Acquire)
+    }
+
+    /// Handles a JSON-RPC batch's messages, in order, and answers `respond` once with the
+    /// array of their answers, or `Value::Null` when none is due (an empty or oversized
+    /// batch, see [`MAX_BATCH_LEN`](super::MAX_BATCH_LEN), gets one error). Meant for a
+    /// connection that [accepts batches](Self::accepts_batches); on another the whole
+    /// batch is refused (-32600).
+    pub fn handle_batch(self: &Arc<Self>, items: Vec<Value>, respond: Responder) {
+        if !self.accepts_batches() {
+            let error = RpcError::invalid_request(jsonrpc::BATCHES_REFUSED);
+            return respond(jsonrpc::error_response(None, &error));
+        }
+        batch::handle(self, items, respond)
     }
 
     /// Handles one parsed message; see [`handle_text`](Self::handle_text).
@@ -324,6 +363,8 @@ impl Connection {
             .unwrap_or(&SUPPORTED_VERSIONS[0]);
         let tasks = *version == v2025::PROTOCOL_VERSION;
         self.tasks_negotiated.store(tasks, Ordering::Release);
+        let batches = BATCH_VERSIONS.contains(version);
+        self.batches_negotiated.store(batches, Ordering::Release);
         let mut capabilities = json!({ "tools": { "listChanged": false } });
         if tasks {
             capabilities["tasks"] = v2025::capabilities();

@@ -24,6 +24,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod batch;
 mod connection;
 mod context;
 pub mod demo;
@@ -37,6 +38,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use batch::MAX_BATCH_LEN;
 pub use connection::{Connection, Responder, SUPPORTED_VERSIONS};
 pub use context::{Cancelled, ClientPeer, TaskContext};
 #[cfg(feature = "http")]

@@ -84,11 +84,16 @@ fn meta_2026(declare: bool) -> Value {
 }
 
 fn initialize(addr: SocketAddr) -> String {
+    initialize_on(addr, "2025-11-25")
+}
+
+/// Opens a session on a protocol version; returns its id.
+fn initialize_on(addr: SocketAddr, version: &str) -> String {
     let reply = post(
         addr,
         &[],
         &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
+        "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
     );
     assert_eq!(reply.status, 200, "{}", reply.json());
     reply
@@ -836,4 +841,52 @@ fn a_failed_bind_leaves_nothing_running() {
         1,
         "a thread of the failed bind still holds the server"
     );
+}
+
+#[test]
+fn a_2025_03_26_session_takes_batches_and_answers_them_in_one_body() {
+    let http = start();
+    let addr = http.local_addr();
+    let session = initialize_on(addr, "2025-03-26");
+    let in_session = [("Mcp-Session-Id", session.as_str())];
+    let reply = post(
+        addr,
+        &in_session,
+        &json!([
+            {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+             "params": {"name": "sleep", "arguments": {"ms": 1}}},
+        ]),
+    );
+    assert_eq!(reply.status, 200);
+    let answers = reply.json();
+    assert_eq!(answers[0], json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+    assert_eq!(answers[1]["id"], 2, "{answers}");
+    assert_eq!(answers[1]["result"]["content"][0]["text"], "slept 1 ms");
+    assert_eq!(answers.as_array().unwrap().len(), 2, "{answers}");
+    // Nothing to answer: 202, as for a lone notification.
+    let notified = post(
+        addr,
+        &in_session,
+        &json!([{"jsonrpc": "2.0", "method": "notifications/initialized"}]),
+    );
+    assert_eq!((notified.status, notified.json()), (202, Value::Null));
+    // A batch needs its session; `initialize` never comes in one.
+    let ping = json!([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]);
+    assert_eq!(post(addr, &[], &ping).status, 400);
+    let init = json!([{"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                       "params": {"protocolVersion": "2025-03-26"}}]);
+    assert_eq!(post(addr, &[], &init).status, 400);
+    // A 2025-11-25 session refuses batches.
+    let later = initialize(addr);
+    let refused = post(addr, &[("Mcp-Session-Id", &later)], &ping);
+    assert_eq!(refused.status, 400);
+    assert_eq!(
+        refused.json()["error"]["code"],
+        -32600,
+        "{}",
+        refused.json()
+    );
+    ping_works(addr);
 }

@@ -1782,3 +1782,122 @@ fn an_input_request_the_store_refuses_is_not_reported_as_a_cancellation() {
     let error = done["error"]["message"].as_str().unwrap_or("");
     assert!(error.contains("nests deeper"), "{done}");
 }
+
+/// A batch as the text of one message.
+fn batch(messages: &[Value]) -> String {
+    Value::Array(messages.to_vec()).to_string()
+}
+
+#[test]
+fn a_2025_03_26_client_may_send_batches() {
+    let mut h = Harness::new();
+    let init = h.result(
+        "initialize",
+        json!({"protocolVersion": "2025-03-26", "capabilities": {}}),
+    );
+    assert_eq!(init["protocolVersion"], "2025-03-26");
+    let answers = h.send_text(&batch(&[
+        json!({"jsonrpc": "2.0", "id": "slow", "method": "tools/call",
+               "params": {"name": "sleep", "arguments": {"ms": 50}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+        json!(7),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {}}),
+        json!([{"jsonrpc": "2.0", "id": 3, "method": "ping"}]),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/get",
+               "params": {"taskId": "00000000-0000-4000-8000-000000000000"}}),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "ping",
+               "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}}),
+    ]));
+    // One array, in the batch's order, once the slow call is done: nothing for the
+    // notification, an error for each element that is no message, for an `initialize`
+    // (never part of a batch), a nested batch and a 2026-07-28 request.
+    let answers = answers.as_array().expect("an array of answers");
+    let ids: Vec<&Value> = answers.iter().map(|a| &a["id"]).collect();
+    assert_eq!(
+        ids,
+        [
+            &json!("slow"),
+            &json!(1),
+            &Value::Null,
+            &json!(2),
+            &Value::Null,
+            &json!(4),
+            &json!(5)
+        ],
+        "{answers:?}"
+    );
+    assert_eq!(answers[0]["result"], text_result("slept 50 ms"));
+    assert_eq!(answers[1]["result"], json!({}));
+    let code = |i: usize| answers[i]["error"]["code"].as_i64();
+    assert_eq!(code(2), Some(-32600));
+    assert_eq!(code(3), Some(-32600));
+    assert!(answers[3]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("initialize"));
+    assert_eq!(code(4), Some(-32600));
+    assert_eq!(code(5), Some(-32601), "no tasks before 2025-11-25");
+    assert_eq!(code(6), Some(-32600));
+
+    // Only notifications: nothing to answer (the transport hears Null).
+    let none = h.send_text(&batch(&[
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    ]));
+    assert_eq!(none, Value::Null);
+    // JSON-RPC answers an empty batch, and one too long, with a single error.
+    let empty = h.send_text("[]");
+    assert_eq!(empty["error"]["code"], -32600, "{empty}");
+    assert!(empty["id"].is_null());
+    let pings: Vec<Value> = (0..=mcp_task_store::server::MAX_BATCH_LEN)
+        .map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "ping"}))
+        .collect();
+    let long = h.send_text(&batch(&pings));
+    assert_eq!(long["error"]["code"], -32600, "{long}");
+    assert_eq!(
+        h.send_text(&batch(&pings[1..])).as_array().unwrap().len(),
+        pings.len() - 1
+    );
+}
+
+#[test]
+fn a_request_cancelled_within_its_batch_is_left_out_of_the_answers() {
+    let mut h = Harness::new();
+    h.result(
+        "initialize",
+        json!({"protocolVersion": "2025-03-26", "capabilities": {}}),
+    );
+    let answers = h.send_text(&batch(&[
+        json!({"jsonrpc": "2.0", "id": "long", "method": "tools/call",
+               "params": {"name": "sleep", "arguments": {"ms": 600_000}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+               "params": {"requestId": "long"}}),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+    ]));
+    assert_eq!(answers, json!([{"jsonrpc": "2.0", "id": 1, "result": {}}]));
+}
+
+#[test]
+fn batches_are_refused_on_versions_without_them() {
+    for version in ["2025-11-25", "2025-06-18"] {
+        let mut h = Harness::new();
+        h.result(
+            "initialize",
+            json!({"protocolVersion": version, "capabilities": {}}),
+        );
+        let answer = h.send_text(&batch(&[
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+        ]));
+        assert_eq!(answer["error"]["code"], -32600, "{version}: {answer}");
+        assert!(answer["id"].is_null(), "{answer}");
+        assert!(!h.connection.accepts_batches());
+    }
+    // Nor before `initialize`, and initializing again on a later version ends them.
+    let mut h = Harness::new();
+    let ping = batch(&[json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})]);
+    assert_eq!(h.send_text(&ping)["error"]["code"], -32600);
+    h.result("initialize", json!({"protocolVersion": "2024-11-05"}));
+    assert!(h.send_text(&ping).is_array());
+    h.result("initialize", json!({"protocolVersion": "2025-06-18"}));
+    assert_eq!(h.send_text(&ping)["error"]["code"], -32600);
+}

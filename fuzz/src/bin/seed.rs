@@ -220,6 +220,20 @@ fn conversations() {
     };
     write("server_lines", "v2025", lines(&v2025).as_bytes());
     write("server_lines", "sep2663", lines(&sep).as_bytes());
+    let batch = [
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-03-26", "capabilities": {}}}),
+        json!([
+            {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"a": 1}}},
+            {"jsonrpc": "2.0", "id": 3, "method": "initialize", "params": {}},
+            [],
+            1
+        ]),
+        json!([{"jsonrpc": "2.0", "method": "notifications/initialized"}]),
+        json!([]),
+    ];
+    write("server_lines", "batch", lines(&batch).as_bytes());
     write("server_lines", "junk", b"{\"jsonrpc\":\"2.0\",\"id\":1}\n[1,2]\nnot json\n{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"ping\"}\n");
     for (i, m) in v2025.iter().chain(&sep).enumerate() {
         let two = format!("{}\n{}", init, m);

@@ -561,7 +561,12 @@ fn post(state: &Arc<State>, head: &Head, body: Vec<u8>, responder: Responder) {
         Ok(body) => body,
         Err(answer) => return respond(responder, answer),
     };
-    let message = match jsonrpc::parse_message(&body) {
+    let message = match jsonrpc::parse_value(&body) {
+        Ok(Value::Array(items)) => return post_batch(state, head, responder, items),
+        Ok(value) => jsonrpc::classify(value),
+        Err(rejected) => Err(rejected),
+    };
+    let message = match message {
         Ok(message) => message,
         Err(rejected) => {
             let Some(error) = rejected.answer() else {
@@ -719,6 +724,33 @@ fn check_routing_headers(
         ))),
         None => Err(mismatch("the Mcp-Name header is missing".into())),
     }
+}
+
+/// A JSON-RPC batch: only a session whose `initialize` settled on a protocol version with
+/// batches (2025-03-26, 2024-11-05) takes one (`initialize` itself never comes in one).
+/// Its answers come back together as one JSON array; a batch with nothing to answer
+/// (notifications and responses only) gets 202, as a lone notification does.
+fn post_batch(state: &Arc<State>, head: &Head, responder: Responder, items: Vec<Value>) {
+    let (session, activity) = match find_session(state, head) {
+        Ok(found) => found,
+        Err(answer) => return respond(responder, answer),
+    };
+    if !session.connection.accepts_batches() {
+        let error = RpcError::invalid_request(jsonrpc::BATCHES_REFUSED);
+        return respond(responder, Answer::error(400, error));
+    }
+    session.connection.handle_batch(
+        items,
+        Box::new(move |answers| {
+            drop(activity);
+            let answer = if answers.is_null() {
+                Answer::empty(202)
+            } else {
+                Answer::json(200, answers)
+            };
+            respond(responder, answer)
+        }),
+    );
 }
 
 fn post_session(state: &Arc<State>, head: &Head, responder: Responder, message: Message) {
