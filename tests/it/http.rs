@@ -391,19 +391,32 @@ fn next_event(events: &mut BufReader<TcpStream>) -> Value {
             events.read_line(&mut line).unwrap() > 0,
             "the stream ended early"
         );
-        if let Some(data) = line.strip_prefix("data: ") {
-            return serde_json::from_str(data.trim()).unwrap();
+        // (A priming event has an id and no data.)
+        match line.strip_prefix("data: ").map(str::trim) {
+            Some("") | None => {}
+            Some(data) => return serde_json::from_str(data).unwrap(),
         }
     }
 }
 
 /// Opens the session's `GET` event stream and reads past its head.
 fn open_event_stream(addr: SocketAddr, session: &str) -> BufReader<TcpStream> {
+    resume_event_stream(addr, session, None)
+}
+
+/// Opens the session's `GET` event stream, resuming after event `last_seen` if given, and
+/// reads past its head.
+fn resume_event_stream(
+    addr: SocketAddr,
+    session: &str,
+    last_seen: Option<&str>,
+) -> BufReader<TcpStream> {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    write!(stream, "GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\r\n").unwrap();
+    let resume = last_seen.map_or(String::new(), |id| format!("Last-Event-ID: {id}\r\n"));
+    write!(stream, "GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\n{resume}\r\n").unwrap();
     let mut events = BufReader::new(stream);
     let mut line = String::new();
     events.read_line(&mut line).unwrap();
@@ -889,4 +902,66 @@ fn a_2025_03_26_session_takes_batches_and_answers_them_in_one_body() {
         refused.json()
     );
     ping_works(addr);
+}
+
+/// The next event on an open event stream, priming events included: its id and its data
+/// (`Null` for none).
+fn next_event_with_id(events: &mut BufReader<TcpStream>) -> (String, Value) {
+    let (mut id, mut data) = (String::new(), Value::Null);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(events.read_line(&mut line).unwrap() > 0, "the stream ended");
+        let field = line.trim_end_matches(['\r', '\n']);
+        if let Some(value) = field.strip_prefix("id: ") {
+            id = value.to_string();
+        } else if let Some(value) = field.strip_prefix("data: ") {
+            data = serde_json::from_str(value).unwrap_or(Value::Null);
+        } else if field.is_empty() && !id.is_empty() {
+            return (id, data);
+        }
+    }
+}
+
+#[test]
+fn a_resumed_event_stream_gets_again_what_followed_the_last_event_seen() {
+    let http = start();
+    let addr = http.local_addr();
+    let session = initialize(addr);
+    let finish_a_task = || {
+        post(
+            addr,
+            &[("Mcp-Session-Id", &session)],
+            &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"ms": 0}, "task": {}}}),
+        )
+    };
+    let mut first = open_event_stream(addr, &session);
+    // A stream opens with a priming event: an id to resume from, no data.
+    assert_eq!(next_event_with_id(&mut first), ("0".into(), Value::Null));
+    finish_a_task();
+    let (one, status) = next_event_with_id(&mut first);
+    assert_eq!(
+        (one.as_str(), &status["method"]),
+        ("1", &json!("notifications/tasks/status"))
+    );
+    finish_a_task();
+    let (two, again) = next_event_with_id(&mut first);
+    assert_eq!(two, "2");
+    // Say the client missed event 2 (its connection died as it was written): the stream
+    // it opens after event 1 gets event 2 again, then a priming event at the newest.
+    drop(first);
+    let mut resumed = resume_event_stream(addr, &session, Some(&one));
+    assert_eq!(next_event_with_id(&mut resumed), ("2".into(), again));
+    assert_eq!(next_event_with_id(&mut resumed), ("2".into(), Value::Null));
+    // Up to date: nothing again; new messages carry on from there.
+    drop(resumed);
+    let mut current = resume_event_stream(addr, &session, Some("2"));
+    assert_eq!(next_event_with_id(&mut current), ("2".into(), Value::Null));
+    finish_a_task();
+    let (three, status) = next_event_with_id(&mut current);
+    assert_eq!(
+        (three.as_str(), &status["params"]["status"]),
+        ("3", &json!("completed"))
+    );
 }

@@ -41,7 +41,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -52,6 +52,7 @@ use serde_json::Value;
 
 use self::conn::{ConnOptions, Request, Transport};
 use self::outbox::{EventStream, Responder};
+use self::replay::Replay;
 use self::wire::{Head, Limits};
 
 use super::connection::{supported_version, unsupported_version};
@@ -63,6 +64,7 @@ use crate::TaskStore;
 
 mod conn;
 mod outbox;
+mod replay;
 mod wire;
 
 /// Bytes a request head may hold (request line, fields, line ends).
@@ -166,8 +168,13 @@ struct Session {
     id: SessionId,
     connection: Arc<Connection>,
     outgoing: Receiver<Value>,
-    /// Ends the session's current `GET` stream: a new one replaces it.
-    stream: Mutex<Option<Arc<Closer>>>,
+    /// Ends the session's current `GET` stream (with its ticket, see [`get`]): a newer
+    /// one replaces it.
+    stream: Mutex<Option<(u64, Arc<Closer>)>>,
+    /// Tickets handed to `GET` streams so far.
+    streams_asked: AtomicU64,
+    /// The latest messages its streams carried, for a client that resumes one.
+    replay: Replay,
     ended: Closer,
     /// Requests in progress and open event streams (each holds an [`Activity`]).
     active: AtomicUsize,
@@ -792,6 +799,8 @@ fn open_session(state: &Arc<State>, responder: Responder, message: Message) {
         connection: connection.clone(),
         outgoing,
         stream: Mutex::new(None),
+        streams_asked: AtomicU64::new(0),
+        replay: Replay::default(),
         ended: Closer::new(),
         active: AtomicUsize::new(0),
         last_active: Mutex::new(Instant::now()),
@@ -876,6 +885,10 @@ fn get(state: &Arc<State>, head: &Head, responder: Responder) {
             return respond(responder, answer);
         }
     };
+    // Streams rank by when their GET arrived, not by when they started (two can start in
+    // either order): a client that opened a new one after the old one's head reached it
+    // must never see the new one ended and the old one kept.
+    let ticket = session.streams_asked.fetch_add(1, Ordering::Relaxed) + 1;
     let fields = [
         ("Content-Type", "text/event-stream"),
         ("Cache-Control", "no-cache"),
@@ -891,10 +904,21 @@ fn get(state: &Arc<State>, head: &Head, responder: Responder) {
     // server would only notice when TCP gives up on its keep-alives, many minutes later.
     // Only once it started: until then the old one may be all the session has.
     let this_stream = Arc::new(Closer::new());
-    if let Some(old) = session.stream.lock().replace(this_stream.clone()) {
-        old.close();
+    {
+        let mut current = session.stream.lock();
+        if current.as_ref().is_some_and(|(newer, _)| *newer > ticket) {
+            // A GET that came after this one started first: this one ends, as if replaced.
+            drop(current);
+            drop(stream);
+            drop(activity);
+            return;
+        }
+        if let Some((_, old)) = current.replace((ticket, this_stream.clone())) {
+            old.close();
+        }
     }
-    let _ = stream_events(&stream, &session, state, &this_stream);
+    let last_seen = head.field("Last-Event-ID");
+    let _ = stream_events(&stream, &session, state, &this_stream, last_seen);
     drop(stream);
     end_stream(&session, &this_stream);
     drop(activity);
@@ -903,7 +927,7 @@ fn get(state: &Arc<State>, head: &Head, responder: Responder) {
 /// Forgets `stream` as the session's current one, unless a newer one replaced it.
 fn end_stream(session: &Session, stream: &Arc<Closer>) {
     let mut current = session.stream.lock();
-    if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, stream)) {
+    if current.as_ref().is_some_and(|(_, c)| Arc::ptr_eq(c, stream)) {
         *current = None;
     }
 }
@@ -913,19 +937,32 @@ fn stream_events(
     session: &Session,
     state: &State,
     this_stream: &Closer,
+    last_seen: Option<&str>,
 ) -> io::Result<()> {
+    let (mut cursor, replayed) = session.replay.start(last_seen);
+    for event in replayed {
+        stream.send(event.as_bytes())?;
+    }
     loop {
         select! {
             recv(session.outgoing) -> message => {
                 let Ok(message) = message else { break };
-                let event = format!("event: message\ndata: {message}\n\n");
-                stream.send(event.as_bytes())?;
+                session.replay.record(&message.to_string());
             }
             recv(session.ended.closed()) -> _ => break,
             recv(state.stopping.closed()) -> _ => break,
             recv(this_stream.closed()) -> _ => break,
             // A comment keeps proxies from timing the stream out and finds dead clients.
             default(Duration::from_secs(15)) => stream.send(b": keep-alive\n\n")?,
+        }
+        // What this stream just recorded, and anything a stream it replaced recorded as
+        // it ended (at the latest with the next keep-alive). A stream replaced meanwhile
+        // leaves it to its successor.
+        if this_stream.is_closed() {
+            break;
+        }
+        for event in session.replay.after(&mut cursor) {
+            stream.send(event.as_bytes())?;
         }
     }
     Ok(())

@@ -1,0 +1,170 @@
+//! Resumable event streams (Streamable HTTP, "Resumability and Redelivery"): every message
+//! a session's `GET` stream carries gets an event id, the session keeps its latest
+//! messages, and a client that reopens the stream with `Last-Event-ID` gets again those it
+//! had not received. Without this, a message written into a connection that was already
+//! dead (a proxy or NAT dropped it without a word) was lost, and a tool waiting on an
+//! elicitation it carried waited until its task's TTL.
+//!
+//! Event ids are positions in the session's sequence of messages, from 1. A stream starts
+//! with a priming event (an id and no data, as the spec asks of a server that opens a
+//! stream) naming the position it starts at, so a client that loses the stream before any
+//! message arrived still resumes from there.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+/// Most messages a session keeps for replay...
+pub(super) const KEEP_MESSAGES: usize = 128;
+/// ...and most bytes of them (the newest is always kept, whatever its size): with the
+/// default 1,024 sessions, at most a quarter of a GiB in all, and a few tens of KiB per
+/// session in practice (status notifications and prompts are small).
+pub(super) const KEEP_BYTES: usize = 256 * 1024;
+
+/// A session's latest messages, by event id.
+#[derive(Debug, Default)]
+pub(super) struct Replay(Mutex<Kept>);
+
+#[derive(Debug, Default)]
+struct Kept {
+    /// The id of the newest message (0: none yet).
+    newest: u64,
+    /// The latest messages, oldest first, with consecutive ids ending at `newest`.
+    messages: VecDeque<Arc<str>>,
+    bytes: usize,
+}
+
+impl Replay {
+    /// Gives the next message its id and keeps it, for whichever stream writes it (see
+    /// [`after`](Self::after)).
+    pub(super) fn record(&self, message: &str) {
+        let mut kept = self.0.lock();
+        kept.newest += 1;
+        kept.bytes += message.len();
+        kept.messages.push_back(message.into());
+        while kept.messages.len() > KEEP_MESSAGES
+            || (kept.bytes > KEEP_BYTES && kept.messages.len() > 1)
+        {
+            if let Some(old) = kept.messages.pop_front() {
+                kept.bytes -= old.len();
+            }
+        }
+    }
+
+    /// Where a stream that starts now begins, and the events it writes first: the kept
+    /// messages after `last_seen` (the client's `Last-Event-ID`, when it is one of this
+    /// session's), then the priming event at the newest position. Without a usable
+    /// `last_seen` (none, or beyond the newest: no id this session gave) nothing is
+    /// replayed.
+    pub(super) fn start(&self, last_seen: Option<&str>) -> (Cursor, Vec<String>) {
+        let kept = self.0.lock();
+        let last_seen = last_seen.and_then(|id| id.trim().parse::<u64>().ok());
+        let mut cursor = Cursor(kept.newest);
+        let mut events = Vec::new();
+        if let Some(last_seen) = last_seen.filter(|&id| id <= kept.newest) {
+            cursor = Cursor(last_seen);
+            events = kept.after(&mut cursor);
+        }
+        events.push(format!("id: {}\ndata: \n\n", kept.newest));
+        (cursor, events)
+    }
+
+    /// The events for the messages kept after `cursor`, which moves past them. A stream
+    /// writes what it recorded itself this way, and also what a stream it replaced
+    /// recorded as it was ending (which the client never saw).
+    pub(super) fn after(&self, cursor: &mut Cursor) -> Vec<String> {
+        self.0.lock().after(cursor)
+    }
+}
+
+impl Kept {
+    fn after(&self, cursor: &mut Cursor) -> Vec<String> {
+        let oldest = self.newest + 1 - self.messages.len() as u64;
+        if cursor.0 + 1 < oldest {
+            log::warn!(
+                "an event stream missed {} messages no longer kept",
+                oldest - cursor.0 - 1
+            );
+        }
+        let events = (oldest..)
+            .zip(&self.messages)
+            .filter(|(id, _)| *id > cursor.0)
+            .map(|(id, message)| event(id, message))
+            .collect();
+        cursor.0 = self.newest;
+        events
+    }
+}
+
+/// The id of the last message a stream wrote (or skipped, when it started without
+/// resuming).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Cursor(u64);
+
+fn event(id: u64, message: &str) -> String {
+    format!("id: {id}\nevent: message\ndata: {message}\n\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resumed(replay: &Replay, last: Option<&str>) -> Vec<String> {
+        replay.start(last).1
+    }
+
+    #[test]
+    fn a_resumed_stream_gets_what_followed_the_last_event_it_saw() {
+        let replay = Replay::default();
+        assert_eq!(resumed(&replay, None), ["id: 0\ndata: \n\n"]);
+        let (mut cursor, _) = replay.start(None);
+        replay.record("{}");
+        assert_eq!(
+            replay.after(&mut cursor),
+            ["id: 1\nevent: message\ndata: {}\n\n"]
+        );
+        assert!(replay.after(&mut cursor).is_empty(), "written twice");
+        replay.record("[2]");
+        replay.record("[3]");
+        assert_eq!(
+            resumed(&replay, Some("1")),
+            [
+                "id: 2\nevent: message\ndata: [2]\n\n",
+                "id: 3\nevent: message\ndata: [3]\n\n",
+                "id: 3\ndata: \n\n",
+            ]
+        );
+        // Up to date, unknown, or not an id of ours: nothing replayed.
+        for last in [Some("3"), None, Some("4"), Some("x"), Some("-1")] {
+            assert_eq!(resumed(&replay, last), ["id: 3\ndata: \n\n"], "{last:?}");
+        }
+        // What another stream recorded after this one started reaches it too.
+        let (mut late, _) = replay.start(None);
+        replay.record("[4]");
+        assert_eq!(
+            replay.after(&mut late),
+            ["id: 4\nevent: message\ndata: [4]\n\n"]
+        );
+    }
+
+    #[test]
+    fn only_the_latest_messages_are_kept() {
+        let replay = Replay::default();
+        for n in 0..KEEP_MESSAGES + 10 {
+            replay.record(&n.to_string());
+        }
+        let all = resumed(&replay, Some("0"));
+        assert_eq!(all.len(), KEEP_MESSAGES + 1);
+        assert!(all[0].starts_with("id: 11\n"), "{}", all[0]);
+        // Bytes bound it too, but the newest message is kept whatever its size.
+        let big = "x".repeat(KEEP_BYTES / 2 + 1);
+        replay.record(&big);
+        replay.record(&big);
+        let newest = "y".repeat(KEEP_BYTES + 1);
+        replay.record(&newest);
+        let kept = resumed(&replay, Some("0"));
+        assert_eq!(kept.len(), 2);
+        assert!(kept[0].contains(&newest));
+    }
+}
