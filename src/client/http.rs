@@ -686,6 +686,52 @@ struct Resume {
     retry: Option<Duration>,
 }
 
+/// One line of an event stream (without its line ending), at most `max` bytes: `None`
+/// when the stream ended (a last line with no line ending is dropped, as SSE drops an
+/// event the stream ended in), an error when the line is longer.
+///
+/// SSE ends a line with CRLF, LF or a bare CR. A line is returned as soon as its CR is
+/// read, without waiting for the next byte (a server may end an event with CR CR and
+/// then stay silent): `after_cr` remembers that the last line ended in CR, so that an LF
+/// the next read starts with (the rest of a CRLF split between two reads) is skipped.
+fn event_line(
+    input: &mut dyn BufRead,
+    after_cr: &mut bool,
+    max: usize,
+) -> io::Result<Option<String>> {
+    let mut buf = Vec::new();
+    loop {
+        let chunk = match input.fill_buf() {
+            Ok(chunk) => chunk,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok(None);
+        }
+        if std::mem::take(after_cr) && chunk[0] == b'\n' {
+            input.consume(1);
+            continue;
+        }
+        let end = chunk.iter().position(|&b| b == b'\n' || b == b'\r');
+        let taken = end.unwrap_or(chunk.len());
+        if buf.len() + taken > max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the server sent a line longer than {max} bytes"),
+            ));
+        }
+        buf.extend_from_slice(&chunk[..taken]);
+        let Some(end) = end else {
+            input.consume(taken);
+            continue;
+        };
+        *after_cr = chunk[end] == b'\r';
+        input.consume(end + 1);
+        return Ok(Some(String::from_utf8_lossy(&buf).into_owned()));
+    }
+}
+
 /// [`read_events`], keeping the stream's event id and reconnection time in `resume`.
 fn read_events_resuming(
     body: &mut dyn BufRead,
@@ -696,8 +742,9 @@ fn read_events_resuming(
     // The SSE "last event ID buffer": it becomes the stream's last event id only when
     // its event is dispatched (at the blank line), whether or not that event has data.
     let mut id = resume.last_id.clone();
+    let mut after_cr = false;
     loop {
-        let Some(line) = line_of(&mut &mut *body, MAX_SERVER_MESSAGE)? else {
+        let Some(line) = event_line(body, &mut after_cr, MAX_SERVER_MESSAGE)? else {
             return Ok(());
         };
         let text = line.as_str();
@@ -1822,6 +1869,70 @@ mod tests {
         })
         .unwrap();
         assert_eq!(events, vec!["{\"a\":1}".to_string()]);
+    }
+
+    /// A connection that delivers `pieces` one read at a time, then reports that nothing
+    /// more came (a server that stays silent): a reader that waits for more bytes than
+    /// the pieces hold gets the error.
+    struct Pieces(std::collections::VecDeque<&'static [u8]>);
+
+    impl Read for Pieces {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let Some(piece) = self.0.pop_front() else {
+                return Err(io::Error::new(io::ErrorKind::WouldBlock, "silent"));
+            };
+            assert!(piece.len() <= buf.len());
+            buf[..piece.len()].copy_from_slice(piece);
+            Ok(piece.len())
+        }
+    }
+
+    /// The events read from `pieces` (see [`Pieces`]) before the stream went silent.
+    fn events_of(pieces: &[&'static [u8]]) -> (Vec<String>, Resume) {
+        let mut body = BufReader::new(Pieces(pieces.iter().copied().collect()));
+        let mut resume = Resume::default();
+        let mut events = Vec::new();
+        let read = read_events_resuming(&mut body, &mut resume, |d| {
+            events.push(d.to_owned());
+            true
+        });
+        assert_eq!(read.unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        (events, resume)
+    }
+
+    #[test]
+    fn event_lines_may_end_in_a_bare_cr() {
+        let (events, resume) = events_of(&[b"id: 7\rretry: 40\rdata: a\rdata: b\r\r"]);
+        assert_eq!(events, ["a\nb"]);
+        assert_eq!(
+            resume,
+            Resume {
+                last_id: "7".into(),
+                retry: Some(Duration::from_millis(40)),
+            }
+        );
+        // All three line endings in one stream.
+        let (events, _) = events_of(&[b"data: a\r\ndata: b\n\rdata: c\r\r\ndata: d\n\n"]);
+        assert_eq!(events, ["a\nb", "c", "d"]);
+    }
+
+    #[test]
+    fn a_crlf_split_between_two_reads_ends_one_line() {
+        // Were the LF a line of its own (a blank one), it would end the event after `a`
+        // early: `a` and `b` would come as two events.
+        let (events, _) = events_of(&[
+            b"data: a\r",
+            b"\ndata: b\r",
+            b"\n\r",
+            b"\ndata: c\r",
+            b"\n\r",
+            b"\n",
+        ]);
+        assert_eq!(events, ["a\nb", "c"]);
+        // A CR that ends a read and then an event is dispatched at once: the reader does
+        // not wait for the next byte to see whether an LF follows.
+        let (events, _) = events_of(&[b"data: x\r", b"\r"]);
+        assert_eq!(events, ["x"]);
     }
 
     #[test]
