@@ -609,6 +609,10 @@ fn parse_head(mut reader: impl BufRead + Send + 'static) -> io::Result<Parsed> {
 struct Chunked<R> {
     inner: R,
     left: u64,
+    /// The last chunk's data was read, not yet the line ending after it: it is checked
+    /// before the next size line is read (not at once, so that a chunk's data reaches
+    /// the reader without waiting for more bytes).
+    ending_due: bool,
     done: bool,
 }
 
@@ -617,8 +621,35 @@ impl<R: BufRead> Chunked<R> {
         Chunked {
             inner,
             left: 0,
+            ending_due: false,
             done: false,
         }
+    }
+
+    /// Reads the CRLF (or bare LF) that must follow a chunk's data: anything else means
+    /// the data was longer than its size line said, and the body cannot be framed.
+    fn chunk_ending(&mut self) -> io::Result<()> {
+        let mut byte = [0u8; 1];
+        let mut next = |inner: &mut R| match inner.read_exact(&mut byte) {
+            Ok(()) => Ok(byte[0]),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the connection ended inside a chunked body",
+            )),
+            Err(e) => Err(e),
+        };
+        let mut end = next(&mut self.inner)?;
+        if end == b'\r' {
+            end = next(&mut self.inner)?;
+        }
+        if end != b'\n' {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "malformed chunked body: a chunk's data is longer than its size line says \
+                 (no CRLF after it)",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -628,6 +659,10 @@ impl<R: BufRead> Read for Chunked<R> {
             return Ok(0);
         }
         if self.left == 0 {
+            if self.ending_due {
+                self.chunk_ending()?;
+                self.ending_due = false;
+            }
             let Some(line) = line_of(&mut self.inner, MAX_HEAD_LINE)? else {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
@@ -657,9 +692,7 @@ impl<R: BufRead> Read for Chunked<R> {
             ));
         }
         self.left -= read as u64;
-        if self.left == 0 {
-            line_of(&mut self.inner, MAX_HEAD_LINE)?; // the CRLF after the chunk
-        }
+        self.ending_due = self.left == 0;
         Ok(read)
     }
 }
@@ -1933,6 +1966,54 @@ mod tests {
         // not wait for the next byte to see whether an LF follows.
         let (events, _) = events_of(&[b"data: x\r", b"\r"]);
         assert_eq!(events, ["x"]);
+    }
+
+    /// The whole chunked body `raw`, decoded.
+    fn unchunked(raw: &[u8]) -> io::Result<Vec<u8>> {
+        let mut body = Vec::new();
+        Chunked::new(raw).read_to_end(&mut body).map(|_| body)
+    }
+
+    #[test]
+    fn chunk_data_longer_than_its_size_is_a_clear_error() {
+        assert_eq!(
+            unchunked(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap(),
+            b"abcde"
+        );
+        // A bare LF after a chunk is let pass.
+        assert_eq!(unchunked(b"3\r\nabc\n0\r\n\r\n").unwrap(), b"abc");
+        // Six bytes under a size of 3: the rest must not pass for the next size line (nor
+        // be skipped as a line of its own).
+        for raw in [
+            &b"3\r\nabcdef\r\n0\r\n\r\n"[..],
+            b"3\r\nabc\rdef\r\n0\r\n\r\n",
+            b"3\r\nabc2\r\nde\r\n0\r\n\r\n",
+        ] {
+            let error = unchunked(raw).unwrap_err();
+            assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
+            assert!(
+                error.to_string().contains("longer than its size"),
+                "{error}"
+            );
+        }
+        let error = unchunked(b"3\r\nabc").unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof, "{error}");
+        let error = unchunked(b"3\r\nabc\r").unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof, "{error}");
+    }
+
+    #[test]
+    fn a_chunk_reaches_the_reader_before_the_line_ending_after_it_arrives() {
+        // An event in a chunk whose CRLF the server has not sent yet is read at once.
+        let pieces = Pieces([&b"f\r\ndata: {\"a\":1}\n\n"[..]].into_iter().collect());
+        let mut body = BufReader::new(Chunked::new(BufReader::new(pieces)));
+        let mut events = Vec::new();
+        let read = read_events(&mut body, |d| {
+            events.push(d.to_owned());
+            true
+        });
+        assert_eq!(read.unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        assert_eq!(events, ["{\"a\":1}"]);
     }
 
     #[test]
