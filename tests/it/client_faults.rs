@@ -226,6 +226,106 @@ fn a_request_that_times_out_is_forgotten_and_the_connection_goes_on() {
     );
 }
 
+/// How many bytes a pipe holds before a write to it blocks (Linux; elsewhere a bound no
+/// system's default exceeds).
+fn pipe_capacity(pipe: &std::io::PipeReader) -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: F_GETPIPE_SZ only reads the size of a pipe this process holds open.
+        let size = unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_GETPIPE_SZ) };
+        assert!(
+            size > 0,
+            "F_GETPIPE_SZ: {}",
+            std::io::Error::last_os_error()
+        );
+        size as usize
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pipe;
+        1 << 20
+    }
+}
+
+#[test]
+fn a_server_writing_a_lot_before_it_reads_does_not_deadlock_the_stdio_client() {
+    // Real pipes, as to a spawned server. Once initialized, the server writes several
+    // pipes' worth of notifications (a server request among them) before it reads its
+    // input again; meanwhile the client writes a request larger than a pipe holds. Were
+    // the client reading only after its write went through (or its reader waiting on
+    // anything its writer holds), both sides would block for good on full pipes.
+    let (from_client, to_server) = std::io::pipe().unwrap();
+    let (from_server, to_client) = std::io::pipe().unwrap();
+    let capacity = pipe_capacity(&from_server).max(pipe_capacity(&from_client));
+    let flood = 8 * capacity;
+    let pad = "x".repeat(4 * capacity);
+    let (got_tx, got) = crossbeam_channel::unbounded::<Value>();
+    let server = std::thread::spawn(move || {
+        let mut input = BufReader::new(from_client);
+        let mut out = std::io::BufWriter::new(to_client);
+        let mut next = || {
+            let mut line = String::new();
+            input.read_line(&mut line).unwrap();
+            serde_json::from_str::<Value>(&line).unwrap()
+        };
+        let initialize = next();
+        let answer = json!({"jsonrpc": "2.0", "id": initialize["id"], "result": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "serverInfo": {"name": "flooding", "version": "0"}}});
+        writeln!(out, "{answer}").unwrap();
+        out.flush().unwrap();
+        assert_eq!(next()["method"], "notifications/initialized");
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                          "params": {"level": "info", "data": "y".repeat(1000)}});
+        let mut written = 0;
+        let mut pinged = false;
+        while written < flood {
+            let line = if !pinged && written >= flood / 2 {
+                pinged = true;
+                json!({"jsonrpc": "2.0", "id": "srv-1", "method": "ping"}).to_string()
+            } else {
+                note.to_string()
+            };
+            writeln!(out, "{line}").unwrap();
+            written += line.len() + 1;
+        }
+        out.flush().unwrap();
+        // Only now the client's input: its big request and the answer to the ping, in
+        // whichever order the client sent them.
+        for _ in 0..2 {
+            let message = next();
+            if message["method"] == "echo" {
+                let pad = message["params"]["pad"].as_str().unwrap_or_default();
+                let answer = json!({"jsonrpc": "2.0", "id": message["id"],
+                                    "result": {"echoed": pad.len()}});
+                writeln!(out, "{answer}").unwrap();
+                out.flush().unwrap();
+            }
+            got_tx.send(message).unwrap();
+        }
+        // Ends when the client closes its side.
+        while input.read_line(&mut String::new()).is_ok_and(|n| n > 0) {}
+    });
+    let builder = Client::builder().request_timeout(Duration::from_secs(60));
+    let client = builder.connect_streams(from_server, to_server).unwrap();
+    let answer = within(Duration::from_secs(30), move || {
+        let answer = client.request("echo", json!({ "pad": pad }));
+        drop(client);
+        answer
+    });
+    assert_eq!(answer.unwrap(), json!({"echoed": 4 * capacity}));
+    // The server ends once the dropped client closed its input.
+    server.join().unwrap();
+    let got: Vec<Value> = got.try_iter().collect();
+    assert_eq!(got.len(), 2);
+    let ping_answer = got
+        .iter()
+        .find(|message| message["id"] == "srv-1")
+        .expect("the server's ping was answered");
+    assert_eq!(ping_answer["result"], json!({}), "{ping_answer}");
+}
+
 #[test]
 fn a_suggested_poll_interval_is_capped() {
     let (stream, log) = scripted(|method, _| match method {
