@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use serde_json::Value;
 
-use super::transport::{Shared, Transport, MAX_SERVER_MESSAGE};
+use super::transport::{malformed_response, Shared, Transport, MAX_SERVER_MESSAGE};
 use super::ClientError;
 use crate::protocol::jsonrpc::{self, Message, RequestId, Response, RpcError};
 use crate::protocol::lines::{read_line, Line};
@@ -1215,7 +1215,19 @@ impl Inner {
                         r.id
                     ),
                     Ok(message) => self.shared.incoming_from(message, session.as_deref()),
-                    Err(rejected) => log::warn!("mcp client: bad event: {}", rejected.error),
+                    // A malformed answer to this request ends it (the stream may stay open
+                    // for as long as the server likes: no read timeout applies).
+                    Err(rejected) if rejected.response && rejected.id.as_ref() == Some(id) => {
+                        answered = true;
+                        self.shared
+                            .complete(id, Err(malformed_response(id, &rejected.error)));
+                    }
+                    Err(rejected) if rejected.response => log::warn!(
+                        "mcp client: the answer to request {id} carried a malformed response \
+                         to {:?}; dropped",
+                        rejected.id
+                    ),
+                    Err(rejected) => self.shared.malformed_from(rejected, session.as_deref()),
                 }
                 !answered
             })
@@ -1825,6 +1837,42 @@ mod tests {
             client.request(method, json!({}))
         })
         .unwrap_or_else(|| panic!("{method} still waits although its HTTP exchange ended"))
+    }
+
+    #[test]
+    fn a_malformed_answer_in_an_event_stream_ends_the_request_with_an_error() {
+        let server = fake_server(|request| {
+            let id = &request.body["id"];
+            session_basics(request).or_else(|| {
+                // A server request the client cannot read, then its answer without
+                // `jsonrpc`; the stream stays open.
+                let bad_request = json!({"jsonrpc": "2.0", "id": "e1", "method": "ping",
+                                         "params": "?"});
+                let bad_answer = json!({"id": id, "result": {}});
+                Some(format!(
+                    "{EVENT_STREAM}data: {bad_request}\n\ndata: {bad_answer}\n\n{HOLD}"
+                ))
+            })
+        });
+        let client = Client::builder()
+            .request_timeout(Duration::from_secs(600))
+            .connect_http(&server.url)
+            .unwrap();
+        match request_within(&client, "ping") {
+            Err(ClientError::Protocol(what)) => assert!(what.contains("malformed"), "{what}"),
+            other => panic!("ping: {other:?}"),
+        }
+        // The server's request got its error answer.
+        let answer = loop {
+            let seen = server
+                .seen
+                .recv_timeout(Duration::from_secs(5))
+                .expect("the malformed server request was never answered");
+            if seen.body["id"] == "e1" {
+                break seen;
+            }
+        };
+        assert_eq!(answer.body["error"]["code"], -32602, "{:?}", answer.body);
     }
 
     #[test]

@@ -211,7 +211,7 @@ impl Shared {
     /// Whether request `id` still waits for its answer.
     #[cfg(feature = "http")]
     pub(crate) fn is_pending(&self, id: &RequestId) -> bool {
-        self.state.lock().pending.contains_key(id)
+        self.is_waiting(id)
     }
 
     /// The reason the connection closed, if it did.
@@ -323,15 +323,60 @@ impl Shared {
         }
     }
 
-    /// Parses one message text and routes it (see [`incoming_from`](Self::incoming_from)).
+    /// Parses one message text and routes it (see [`incoming_from`](Self::incoming_from));
+    /// one that is no JSON-RPC message goes to [`malformed_from`](Self::malformed_from).
     pub(crate) fn incoming_text_from(&self, text: &str, session: Option<&str>) {
         match jsonrpc::parse_message(text) {
             Ok(message) => self.incoming_from(message, session),
-            Err(rejected) => log::warn!(
-                "mcp client: ignoring a malformed message from the server: {}",
-                rejected.error
-            ),
+            Err(rejected) => self.malformed_from(rejected, session),
         }
+    }
+
+    /// A message from the server (in HTTP `session`, as for
+    /// [`incoming_from`](Self::incoming_from)) that is no JSON-RPC message. Shaped as a
+    /// response that names a request still waiting (no or another `jsonrpc`, both `result`
+    /// and `error`), it ends that request with [`ClientError::Protocol`]: the request
+    /// would otherwise wait for its timeout, and a `tasks/result` (which has none) for
+    /// ever. Shaped as a request with an id (params that are no object, say), it is
+    /// answered with its JSON-RPC error, through the refusals' thread as "client busy" is
+    /// (the reader calling this never blocks), so that the server does not wait for an
+    /// answer for ever; once per id, and not for a forgotten session. Anything else (no
+    /// JSON, no usable id) is only logged: an answer with a null id could start two peers
+    /// trading errors.
+    pub(crate) fn malformed_from(&self, rejected: jsonrpc::Rejected, session: Option<&str>) {
+        log::warn!(
+            "mcp client: a malformed message from the server: {}",
+            rejected.error
+        );
+        let Some(id) = &rejected.id else {
+            return;
+        };
+        if rejected.response {
+            if self.is_waiting(id) {
+                self.complete(id, Err(malformed_response(id, &rejected.error)));
+            }
+            return;
+        }
+        let Some(answer) = rejected.answer() else {
+            return;
+        };
+        let mut inputs = self.inputs.lock();
+        let forgotten = matches!(
+            (&inputs.renewed_session, session),
+            (Some(current), Some(from)) if current != from
+        );
+        if forgotten || !inputs.first_sight(id) {
+            return;
+        }
+        if self.refusals.try_send(answer).is_err() {
+            inputs.forget(id);
+            log::warn!("mcp client: too many server requests at once; {id} dropped unanswered");
+        }
+    }
+
+    /// Whether request `id` still waits for its answer.
+    fn is_waiting(&self, id: &RequestId) -> bool {
+        self.state.lock().pending.contains_key(id)
     }
 
     /// The connection is gone: every waiting request fails, and so does every later one.
@@ -396,6 +441,14 @@ impl Shared {
     pub(crate) fn stop_dispatcher(&self) {
         drop(self.stop.lock().take());
     }
+}
+
+/// The error that ends request `id` when its answer is no JSON-RPC response (`why`).
+pub(crate) fn malformed_response(id: &RequestId, why: &RpcError) -> ClientError {
+    ClientError::Protocol(format!(
+        "a malformed response to request {id}: {}",
+        why.message
+    ))
 }
 
 /// The related task a request's `_meta` names.

@@ -19,6 +19,9 @@ enum Act {
     SendThenAnswer(Vec<Value>, Value),
     /// Answers with a JSON-RPC error of this code.
     Fail(i64),
+    /// Sends these messages as they are, except that an `"id": "$id"` becomes the
+    /// request's id (a malformed answer, say), and nothing else.
+    Raw(Vec<Value>),
 }
 
 /// The methods of every request, and `response <id> <message>` for every response, the
@@ -53,6 +56,15 @@ fn scripted_into(
             };
             let (before, outcome) = match act(method, &message["params"]) {
                 Act::Ignore => continue,
+                Act::Raw(messages) => {
+                    for mut raw in messages {
+                        if raw["id"] == "$id" {
+                            raw["id"] = id.clone();
+                        }
+                        writeln!(out, "{raw}").unwrap();
+                    }
+                    continue;
+                }
                 Act::Answer(result) => (Vec::new(), json!({ "result": result })),
                 Act::SendThenAnswer(before, result) => (before, json!({ "result": result })),
                 Act::Fail(code) => (
@@ -324,6 +336,65 @@ fn a_server_writing_a_lot_before_it_reads_does_not_deadlock_the_stdio_client() {
         .find(|message| message["id"] == "srv-1")
         .expect("the server's ping was answered");
     assert_eq!(ping_answer["result"], json!({}), "{ping_answer}");
+}
+
+#[test]
+fn a_malformed_answer_fails_its_request_at_once_instead_of_leaving_it_waiting() {
+    // Each is shaped as an answer to the request, with its id, but is no JSON-RPC response.
+    let malformed = [
+        json!({"id": "$id", "result": {}}),
+        json!({"jsonrpc": "1.0", "id": "$id", "result": {}}),
+        json!({"jsonrpc": "2.0", "id": "$id", "result": {}, "error": {"code": 1, "message": "?"}}),
+    ];
+    for answer in malformed {
+        let sent = answer.clone();
+        let (stream, _) = scripted(move |method, _| match method {
+            "initialize" => initialized("2025-11-25"),
+            _ => Act::Raw(vec![sent.clone()]),
+        });
+        // Neither the request timeout nor a task's end would end these waits soon:
+        // `tasks/result` waits with no timeout at all.
+        let builder = Client::builder().request_timeout(Duration::from_secs(600));
+        let client = connect(builder, stream).unwrap();
+        let (ping, result) = within(Duration::from_secs(10), move || {
+            (
+                client.request("ping", json!({})),
+                client.get_task_result("t1"),
+            )
+        });
+        for outcome in [ping, result] {
+            match outcome {
+                Err(ClientError::Protocol(message)) => {
+                    assert!(message.contains("malformed"), "{answer}: {message}")
+                }
+                other => panic!("{answer}: {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_malformed_server_request_gets_an_error_answer() {
+    // Params that are no object: the server must hear that its request was refused, not
+    // wait for an answer that never comes.
+    let bad = json!({"jsonrpc": "2.0", "id": "e1", "method": "elicitation/create", "params": [1]});
+    let (stream, log) = scripted(move |method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        "ping" => Act::SendThenAnswer(vec![bad.clone()], json!({})),
+        // Asked once the client has answered (or not) what came before: stdio keeps order.
+        _ => Act::Answer(json!({})),
+    });
+    let builder = Client::builder().on_elicitation(|_| Ok(json!({"action": "decline"})));
+    let client = connect(builder, stream).unwrap();
+    client.request("ping", json!({})).unwrap();
+    let answer = within(Duration::from_secs(10), move || loop {
+        if let Some(answer) = answered(&log, "e1") {
+            return answer;
+        }
+        // The answer goes out on the dispatcher's side: a round trip lets it through.
+        client.request("other", json!({})).unwrap();
+    });
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
 }
 
 #[test]
