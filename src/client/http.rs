@@ -558,34 +558,15 @@ fn read_head(reader: BufReader<Bounded>, socket: TcpStream) -> io::Result<HttpRe
 type Parsed = (u16, Vec<(String, String)>, Box<dyn BufRead + Send>);
 
 fn parse_head(mut reader: impl BufRead + Send + 'static) -> io::Result<Parsed> {
-    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
-    let Some(status_line) = line_of(&mut reader, MAX_HEAD_LINE)? else {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "the server closed the connection before answering",
-        ));
+    let (status, headers) = loop {
+        let (status, headers) = read_one_head(&mut reader)?;
+        // An interim response (100 Continue, 103 Early Hints) comes before the final one,
+        // which HTTP/1.1 clients must read past even if they asked for none. (A 101 would
+        // switch protocols, which the client never asks for: it stays the answer.)
+        if !(100..200).contains(&status) || status == 101 {
+            break (status, headers);
+        }
     };
-    let status = status_line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| bad("malformed HTTP status line"))?;
-    let mut headers = Vec::new();
-    loop {
-        let Some(line) = line_of(&mut reader, MAX_HEAD_LINE)? else {
-            return Err(bad("the connection ended inside the HTTP head"));
-        };
-        let text = line.trim_end();
-        if text.is_empty() {
-            break;
-        }
-        if headers.len() >= 256 {
-            return Err(bad("the server sent more than 256 HTTP headers"));
-        }
-        if let Some((name, value)) = text.split_once(':') {
-            headers.push((name.trim().to_owned(), value.trim().to_owned()));
-        }
-    }
     let find = |name: &str| {
         headers
             .iter()
@@ -603,6 +584,39 @@ fn parse_head(mut reader: impl BufRead + Send + 'static) -> io::Result<Parsed> {
         Box::new(reader)
     };
     Ok((status, headers, body))
+}
+
+/// One response head (the status and the header fields), read off `reader`.
+fn read_one_head(reader: &mut impl BufRead) -> io::Result<(u16, Vec<(String, String)>)> {
+    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
+    let Some(status_line) = line_of(reader, MAX_HEAD_LINE)? else {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the server closed the connection before answering",
+        ));
+    };
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse::<u16>().ok())
+        .ok_or_else(|| bad("malformed HTTP status line"))?;
+    let mut headers = Vec::new();
+    loop {
+        let Some(line) = line_of(reader, MAX_HEAD_LINE)? else {
+            return Err(bad("the connection ended inside the HTTP head"));
+        };
+        let text = line.trim_end();
+        if text.is_empty() {
+            break;
+        }
+        if headers.len() >= 256 {
+            return Err(bad("the server sent more than 256 HTTP headers"));
+        }
+        if let Some((name, value)) = text.split_once(':') {
+            headers.push((name.trim().to_owned(), value.trim().to_owned()));
+        }
+    }
+    Ok((status, headers))
 }
 
 /// Decodes a chunked body.
@@ -1873,6 +1887,26 @@ mod tests {
             }
         };
         assert_eq!(answer.body["error"]["code"], -32602, "{:?}", answer.body);
+    }
+
+    #[test]
+    fn interim_1xx_responses_before_the_answer_are_skipped() {
+        let server = fake_server(|request| {
+            let id = &request.body["id"];
+            session_basics(request).or_else(|| {
+                let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"pong": true}});
+                Some(format!(
+                    "HTTP/1.1 100 Continue\r\n\r\n\
+                     HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n{}",
+                    json_reply("200 OK", &answer, "")
+                ))
+            })
+        });
+        let client = Client::builder().connect_http(&server.url).unwrap();
+        assert_eq!(
+            request_within(&client, "ping").unwrap(),
+            json!({"pong": true})
+        );
     }
 
     #[test]
