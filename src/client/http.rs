@@ -1075,10 +1075,25 @@ impl Inner {
 
     /// [`post`](Self::post) over `link`.
     fn post_with(&self, message: &Value, link: Link<'_>) -> Result<HttpResponse, ClientError> {
+        self.post_as(message, link, None)
+    }
+
+    /// [`post_with`](Self::post_with), in `session` rather than the current session if
+    /// given (2025-11-25).
+    fn post_as(
+        &self,
+        message: &Value,
+        link: Link<'_>,
+        session: Option<&str>,
+    ) -> Result<HttpResponse, ClientError> {
         let body = serde_json::to_vec(message)
             .map_err(|e| ClientError::Protocol(format!("cannot serialise a message: {e}")))?;
         let limit = link.idle.unwrap_or(self.idle);
-        let headers = self.headers(message);
+        let mut headers = self.headers(message);
+        if let Some(session) = session {
+            headers.retain(|(name, _)| *name != "Mcp-Session-Id");
+            headers.push(("Mcp-Session-Id", session.to_owned()));
+        }
         let mut response = exchange(&self.endpoint, "POST", &headers, &body, link)
             .map_err(|e| self.io_error_after(e, limit))?;
         response.session = headers
@@ -1549,6 +1564,35 @@ impl Transport for HttpTransport {
         }
         // The body is read with the limit the message was sent with.
         let limit = self.inner.link(&message).idle.unwrap_or(self.inner.idle);
+        let text = response
+            .text()
+            .map_err(|e| self.inner.io_error_after(e, limit))?;
+        Err(ClientError::Http { status, body: text })
+    }
+
+    /// [`send`](Self::send), for the answer to a server request that came in `session`.
+    /// The answer goes to that session only: once a renewal replaced it (the server forgot
+    /// it), the request is gone with it, and in the new session, whose requests are
+    /// numbered afresh, the answer's id could name another request. So an answer is
+    /// dropped if its session is no longer current, and one that meets the 404 of a
+    /// forgotten session is not sent again in a new one.
+    fn answer(&self, message: Value, session: Option<&str>) -> Result<(), ClientError> {
+        let Some(from) = session.filter(|_| self.inner.revision == Revision::V2025) else {
+            return self.send(message);
+        };
+        let link = self.inner.link(&message);
+        let limit = link.idle.unwrap_or(self.inner.idle);
+        if self.inner.session.lock().as_deref() != Some(from) {
+            return Err(ClientError::closed(format!(
+                "the session {from} the request came in was replaced"
+            )));
+        }
+        // In `from` even if a renewal comes meanwhile (its 404 then ends the answer).
+        let response = self.inner.post_as(&message, link, Some(from))?;
+        let status = response.status;
+        if (200..300).contains(&status) {
+            return Ok(());
+        }
         let text = response
             .text()
             .map_err(|e| self.inner.io_error_after(e, limit))?;
@@ -2554,7 +2598,7 @@ mod tests {
     fn expect_pings(jobs: &Receiver<Work>, ids: &[&str], why: &str) {
         for id in ids {
             match jobs.recv_timeout(Duration::from_secs(5)) {
-                Ok(Work::Request(request)) => {
+                Ok(Work::Request(request, _)) => {
                     assert_eq!(request.id, RequestId::String((*id).into()))
                 }
                 Err(_) => panic!("{id} never arrived: {why}"),
@@ -2778,6 +2822,93 @@ mod tests {
         assert_eq!(opened.load(Ordering::SeqCst), 2);
     }
 
+    /// A 2025-11-25 server that forgets session s1 after its first ping (the next
+    /// initialize opens s2). Each session's first ping is answered on an event stream
+    /// that asks an elicitation first: `e0` in s1, `e1` in s2. Answers posted in s1 meet
+    /// the 404 of a forgotten session.
+    fn forgetting_server() -> FakeServer {
+        let opened = AtomicUsize::new(0);
+        fake_server(move |request| {
+            let session = request.header("Mcp-Session-Id");
+            let first = request.body["params"]["first"] == true;
+            match (request.method(), request.rpc_method()) {
+                (_, Some("initialize")) => {
+                    let n = opened.fetch_add(1, Ordering::SeqCst) + 1;
+                    Some(initialized(request, &format!("s{n}")))
+                }
+                (_, Some("ping")) if session == Some("s1") && !first => {
+                    Some(empty_reply("404 Not Found"))
+                }
+                (_, Some("ping")) => {
+                    let ask = elicitation_event(if first { "e0" } else { "e1" });
+                    let answer = json!({"jsonrpc": "2.0", "id": request.body["id"], "result": {}});
+                    Some(format!("{EVENT_STREAM}{ask}data: {answer}\n\n"))
+                }
+                ("POST", None) if session == Some("s1") => Some(empty_reply("404 Not Found")),
+                ("POST", None) => Some(empty_reply("202 Accepted")),
+                _ => session_basics(request),
+            }
+        })
+    }
+
+    /// The client's answers to server request `id` the server saw, by session.
+    fn answers_to(seen: &Receiver<Seen>, id: &str) -> Vec<Option<String>> {
+        seen.try_iter()
+            .filter(|r| r.body["id"] == id && r.rpc_method().is_none())
+            .map(|r| r.header("Mcp-Session-Id").map(str::to_owned))
+            .collect()
+    }
+
+    #[test]
+    fn an_answer_that_meets_its_forgotten_session_is_not_sent_again_in_the_new_one() {
+        let server = forgetting_server();
+        let (client, asked) = eliciting_client(&server);
+        let wait = Duration::from_secs(5);
+        client.request("ping", json!({"first": true})).unwrap();
+        assert_eq!(asked.recv_timeout(wait).as_deref(), Ok("e0"));
+        // s1 is forgotten: a request renews the session, and s2 asks e1.
+        client.request("ping", json!({})).unwrap();
+        assert_eq!(asked.recv_timeout(wait).as_deref(), Ok("e1"));
+        // The dispatcher answers one request at a time: e0's answer went (or was given up
+        // on) before e1 was handled. In s2, e0 names nothing (or another request).
+        drop(client);
+        let answers = answers_to(&server.seen, "e0");
+        assert!(
+            answers.iter().all(|s| s.as_deref() == Some("s1")),
+            "{answers:?}"
+        );
+    }
+
+    #[test]
+    fn an_answer_given_after_a_renewal_does_not_go_to_the_new_session() {
+        let server = forgetting_server();
+        let (asked_tx, asked) = crossbeam_channel::unbounded();
+        let (release_tx, release) = crossbeam_channel::bounded::<()>(1);
+        let client = Client::builder()
+            .on_elicitation(move |request| {
+                let _ = asked_tx.send(request.key.clone());
+                if request.key == "e0" {
+                    let _ = release.recv();
+                }
+                Ok(json!({"action": "decline"}))
+            })
+            .connect_http(&server.url)
+            .unwrap();
+        let wait = Duration::from_secs(5);
+        client.request("ping", json!({"first": true})).unwrap();
+        assert_eq!(asked.recv_timeout(wait).as_deref(), Ok("e0"));
+        // While a human ponders e0, s1 is forgotten and s2 takes its place.
+        client.request("ping", json!({})).unwrap();
+        release_tx.send(()).unwrap();
+        assert_eq!(asked.recv_timeout(wait).as_deref(), Ok("e1"));
+        drop(client);
+        let answers = answers_to(&server.seen, "e0");
+        assert!(
+            answers.iter().all(|s| s.as_deref() != Some("s2")),
+            "{answers:?}"
+        );
+    }
+
     #[test]
     fn a_new_session_may_reuse_the_request_ids_of_the_forgotten_one() {
         let opened = AtomicUsize::new(0);
@@ -2848,7 +2979,7 @@ mod tests {
         let answer = held.recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!(answer.unwrap()["late"], true);
         match jobs.recv_timeout(Duration::from_secs(5)) {
-            Ok(Work::Request(request)) => assert_eq!(request.method, "ping"),
+            Ok(Work::Request(request, _)) => assert_eq!(request.method, "ping"),
             Err(_) => panic!("the server's request on the event stream never arrived"),
         }
         transport.shutdown();

@@ -58,8 +58,9 @@ struct State {
 
 /// What the dispatcher thread is asked to do.
 pub(crate) enum Work {
-    /// Answer a server request.
-    Request(Request),
+    /// Answer a server request, which came in this HTTP session (`None`: no session, or
+    /// stdio): its answer goes to that session, and to no other.
+    Request(Request, Option<String>),
 }
 
 /// Server input requests seen for one task (2025-11-25, where they arrive as requests).
@@ -89,8 +90,8 @@ pub(crate) struct Shared {
     work: Sender<Work>,
     /// "Client busy" answers to requests the dispatcher had no room for, for the thread
     /// that sends them ([`MAX_QUEUED_REFUSALS`] at most).
-    refusals: Sender<Value>,
-    refusals_out: Receiver<Value>,
+    refusals: Sender<(Value, Option<String>)>,
+    refusals_out: Receiver<(Value, Option<String>)>,
     /// Dropped to stop the dispatcher and the refusals' sender: `stopped` disconnects.
     stop: Mutex<Option<Sender<()>>>,
     stopped: Receiver<()>,
@@ -269,9 +270,10 @@ impl Shared {
                 }
                 // Queued under the `inputs` lock (`try_send` never blocks): the
                 // dispatcher's `input_done` for it cannot come before the count.
-                let refused = match self.work.try_send(Work::Request(request)) {
+                let work = Work::Request(request, session.map(str::to_owned));
+                let refused = match self.work.try_send(work) {
                     Ok(()) => return,
-                    Err(TrySendError::Full(Work::Request(request))) => Some(request),
+                    Err(TrySendError::Full(Work::Request(request, _))) => Some(request),
                     // The dispatcher stopped: the client is going away.
                     Err(TrySendError::Disconnected(_)) => None,
                 };
@@ -282,7 +284,7 @@ impl Shared {
                 // Under the lock too (it never blocks): a copy arriving meanwhile must
                 // not pass for a repeat of one that is then dropped unanswered.
                 if let Some(request) = refused {
-                    self.refuse(&request, &mut inputs);
+                    self.refuse(&request, session, &mut inputs);
                 }
             }
             Message::Notification(notification) => {
@@ -296,7 +298,7 @@ impl Shared {
 
     /// Answers a server request the dispatcher has no room for with "client busy", through
     /// the refusals' thread; drops it (with a warning) if that has no room either.
-    fn refuse(&self, request: &Request, inputs: &mut Inputs) {
+    fn refuse(&self, request: &Request, session: Option<&str>, inputs: &mut Inputs) {
         let error = RpcError::new(
             INTERNAL_ERROR,
             format!(
@@ -305,7 +307,8 @@ impl Shared {
             ),
         );
         let answer = jsonrpc::error_response(Some(&request.id), &error);
-        if self.refusals.try_send(answer).is_err() {
+        let session = session.map(str::to_owned);
+        if self.refusals.try_send((answer, session)).is_err() {
             // Not answered at all: a copy that comes again (on another stream) is not a
             // repeat to drop, nor is it forgotten early through a stale place in the order.
             inputs.forget(&request.id);
@@ -368,7 +371,11 @@ impl Shared {
         if forgotten || !inputs.first_sight(id) {
             return;
         }
-        if self.refusals.try_send(answer).is_err() {
+        if self
+            .refusals
+            .try_send((answer, session.map(str::to_owned)))
+            .is_err()
+        {
             inputs.forget(id);
             log::warn!("mcp client: too many server requests at once; {id} dropped unanswered");
         }
@@ -467,6 +474,12 @@ pub(crate) trait Transport: Send + Sync {
     fn send_request(&self, id: &RequestId, message: Value) -> Result<(), ClientError>;
     /// Sends a notification, or a response to a server request.
     fn send(&self, message: Value) -> Result<(), ClientError>;
+    /// Sends the answer to a server request that came in HTTP `session` (see
+    /// [`Work::Request`]): only to that session, never to one that replaced it.
+    fn answer(&self, message: Value, session: Option<&str>) -> Result<(), ClientError> {
+        let _ = session;
+        self.send(message)
+    }
     /// Request `id` is no longer waited for (it was forgotten): whatever its exchange
     /// still holds (an HTTP connection and its thread) may go.
     fn abandon(&self, _id: &RequestId) {}
@@ -499,8 +512,8 @@ pub(crate) fn start_dispatcher(
         .spawn(move || loop {
             crossbeam_channel::select! {
                 recv(refusals) -> answer => {
-                    let Ok(answer) = answer else { return };
-                    if let Err(error) = refusing.send(answer) {
+                    let Ok((answer, session)) = answer else { return };
+                    if let Err(error) = refusing.answer(answer, session.as_deref()) {
                         log::info!("mcp client: cannot refuse a server request: {error}");
                     }
                 }
@@ -522,7 +535,7 @@ pub(crate) fn start_dispatcher(
                 return;
             }
             {
-                let Ok(Work::Request(Request { id, method, params })) = work else {
+                let Ok(Work::Request(Request { id, method, params }, session)) = work else {
                     return;
                 };
                 let task_id = related_task(params.as_ref());
@@ -563,7 +576,7 @@ pub(crate) fn start_dispatcher(
                         },
                         Err(error) => jsonrpc::error_response(Some(&id), &error),
                     };
-                    if let Err(error) = transport.send(message) {
+                    if let Err(error) = transport.answer(message, session.as_deref()) {
                         log::warn!("mcp client: cannot answer the server's {method}: {error}");
                     }
                 }
@@ -827,11 +840,14 @@ mod tests {
             // another request.
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             while !matches!(
-                shared.work.try_send(Work::Request(Request {
-                    id: RequestId::Number(-1),
-                    method: "ping".into(),
-                    params: None,
-                })),
+                shared.work.try_send(Work::Request(
+                    Request {
+                        id: RequestId::Number(-1),
+                        method: "ping".into(),
+                        params: None,
+                    },
+                    None
+                )),
                 Err(TrySendError::Disconnected(_))
             ) {
                 assert!(
@@ -860,7 +876,7 @@ mod tests {
                 in_flight: queued as u32
             }
         );
-        let refusals: Vec<Value> = shared.refusals_out.try_iter().collect();
+        let refusals: Vec<Value> = shared.refusals_out.try_iter().map(|(a, _)| a).collect();
         assert_eq!(refusals.len(), extra);
         assert_eq!(refusals[0]["id"], MAX_QUEUED_SERVER_REQUESTS);
         assert_eq!(refusals[0]["error"]["code"], INTERNAL_ERROR);
