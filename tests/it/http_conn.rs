@@ -110,9 +110,9 @@ fn a_request_that_stalls_gets_408_and_the_connection_closes() {
     // A body that stops short, and a head that never ends: both arrive in part and then
     // nothing more, while the client keeps the connection open.
     for stalled in [
-        &b"POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n{}"[..],
+        &b"POST /mcp HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n{}"[..],
         b"POST /mcp HTTP/1.1\r\nContent-Type: appl",
-        b"POST /mcp HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+        b"POST /mcp HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
     ] {
         let mut conn = connect(http.local_addr());
         send(&mut conn, stalled);
@@ -232,6 +232,44 @@ fn a_chunked_body_waits_for_100_continue_and_is_served() {
 }
 
 #[test]
+fn an_http_1_1_request_without_one_valid_host_gets_400_and_the_connection_closes() {
+    let http = server(HttpOptions::default());
+    let (_conn, session) = open_session(http.local_addr());
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}).to_string();
+    for (version, host) in [
+        ("HTTP/1.1", ""),
+        ("HTTP/1.1", "Host: t\r\nHost: t\r\n"),
+        ("HTTP/1.0", "Host: a\r\nhost: b\r\n"),
+        ("HTTP/1.1", "Host: evil.example/mcp\r\n"),
+        ("HTTP/1.1", "Host: t:x\r\n"),
+    ] {
+        let raw = format!(
+            "POST /mcp {version}\r\n{host}Content-Type: application/json\r\n\
+             Mcp-Session-Id: {session}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut conn = connect(http.local_addr());
+        // A second request behind it is never read: the connection ends with the refusal.
+        send(&mut conn, format!("{raw}{raw}").as_bytes());
+        let reply = read_reply(&mut conn);
+        assert_eq!(reply.status, 400, "{version} {host:?}: {reply:?}");
+        assert_eq!(reply.json()["error"]["code"], -32600);
+        assert_eq!(reply.header("Connection"), Some("close"));
+        assert!(closed(&mut conn), "{version} {host:?}");
+    }
+    // The same request with its Host is served.
+    let raw = format!(
+        "POST /mcp HTTP/1.1\r\nHost: [::1]:3000\r\nContent-Type: application/json\r\n\
+         Mcp-Session-Id: {session}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut conn = connect(http.local_addr());
+    send(&mut conn, raw.as_bytes());
+    let reply = read_reply(&mut conn);
+    assert_eq!((reply.status, reply.json()["id"].clone()), (200, json!(3)));
+}
+
+#[test]
 fn an_http_1_0_request_is_answered_and_its_connection_closed_unless_kept() {
     let http = server(HttpOptions::default());
     let (_conn, session) = open_session(http.local_addr());
@@ -269,7 +307,7 @@ fn dropping_the_server_ends_its_connections_and_event_streams() {
     send(
         &mut stream,
         format!(
-            "GET /mcp HTTP/1.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\r\n"
+            "GET /mcp HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\r\n"
         )
         .as_bytes(),
     );
@@ -728,7 +766,7 @@ fn no_socket_outlives_its_connection() {
         let mut conn = connect(addr);
         send(
             &mut conn,
-            b"GET /nothing HTTP/1.1\r\nConnection: close\r\n\r\n",
+            b"GET /nothing HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
         );
         let mut refused = connect(addr);
         send(&mut refused, b"GET /mcp HTTP/2.0\r\n\r\n");

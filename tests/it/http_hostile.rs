@@ -681,8 +681,51 @@ fn read_chunked(rest: &mut &[u8]) -> Result<Vec<u8>, Stop> {
     }
 }
 
-/// Reads one request off `rest`: its head, then `Expect` (`100-continue` or nothing, else
-/// 417), then its framing, then its body.
+/// Whether a head names its host as RFC 9112 §3.2 asks: one `Host` field (HTTP/1.0 may
+/// have none) whose value is `uri-host [":" port]` (RFC 3986 §3.2.2).
+fn names_its_host(head: &Head) -> bool {
+    let hosts: Vec<&str> = head.fields_named("Host").collect();
+    let host = match hosts[..] {
+        [] => return head.http10,
+        [host] => host,
+        _ => return false,
+    };
+    let plain = |b: u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b);
+    let (name_ok, port) = if let Some(literal) = host.strip_prefix('[') {
+        match literal.split_once(']') {
+            Some((inside, port)) => (
+                !inside.is_empty() && inside.bytes().all(|b| b == b':' || plain(b)),
+                port,
+            ),
+            None => return false,
+        }
+    } else {
+        let (name, port) = host.split_at(host.find(':').unwrap_or(host.len()));
+        let bytes = name.as_bytes();
+        let mut ok = true;
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b'%' {
+                ok &= bytes
+                    .get(i + 1..i + 3)
+                    .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
+                i += 3;
+            } else {
+                ok &= plain(bytes[i]);
+                i += 1;
+            }
+        }
+        (ok, port)
+    };
+    name_ok
+        && (port.is_empty()
+            || port
+                .strip_prefix(':')
+                .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit())))
+}
+
+/// Reads one request off `rest`: its head, then its `Host` (else 400), then `Expect`
+/// (`100-continue` or nothing, else 417), then its framing, then its body.
 fn next_step(rest: &mut &[u8]) -> Step {
     let head = match read_head(rest) {
         Ok(head) => head,
@@ -700,6 +743,9 @@ fn next_step(rest: &mut &[u8]) -> Step {
         head: Some(head),
         continued,
     };
+    if !names_its_host(&head) {
+        return refused(400, head, false);
+    }
     let expects = match head.field("Expect") {
         None => false,
         Some(e) if e.eq_ignore_ascii_case("100-continue") => true,
@@ -989,11 +1035,11 @@ fn plausible_requests() -> Vec<Vec<u8>> {
             &[("Expect", "100-continue")],
             &json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}),
         ),
-        b"GET /mcp HTTP/1.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: x\r\n\r\n".to_vec(),
-        b"DELETE /mcp HTTP/1.1\r\nMcp-Session-Id: x\r\nConnection: close\r\n\r\n".to_vec(),
+        b"GET /mcp HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\nMcp-Session-Id: x\r\n\r\n".to_vec(),
+        b"DELETE /mcp HTTP/1.1\r\nHost: localhost\r\nMcp-Session-Id: x\r\nConnection: close\r\n\r\n".to_vec(),
         b"HEAD /mcp HTTP/1.1\r\nHost: localhost\r\n\r\n".to_vec(),
         format!(
-            "POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\n\
+            "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
              Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{ping}\r\n0\r\n\r\n",
             ping.len()
         )
@@ -1151,7 +1197,7 @@ enum Length {
 
 #[derive(Clone, Debug)]
 enum Hdr {
-    Host,
+    Host(&'static str),
     Connection(&'static str),
     ContentType(&'static str),
     Accept(&'static str),
@@ -1375,7 +1421,7 @@ fn render(spec: &Spec, session: &str) -> Vec<u8> {
         .iter()
         .flat_map(|(header, spelling)| {
             let (name_of, value) = match header {
-                Hdr::Host => ("Host", "localhost".to_string()),
+                Hdr::Host(v) => ("Host", v.to_string()),
                 Hdr::Connection(v) => ("Connection", v.to_string()),
                 Hdr::ContentType(v) => ("Content-Type", v.to_string()),
                 Hdr::Accept(v) => ("Accept", v.to_string()),
@@ -1998,7 +2044,16 @@ fn headers(hostile: bool) -> BoxedStrategy<Vec<(Hdr, Spelling)>> {
         (0.95, 0.2, 0.0)
     };
     let mut slots = vec![
-        slot(0.9, Just(Hdr::Host).boxed()),
+        slot(
+            if hostile { 0.9 } else { 1.0 },
+            or_odd(
+                hostile,
+                one_of(&["localhost", "127.0.0.1:3000", "[::1]:8080", ""]),
+                one_of(&["a b", "evil.example/mcp", "localhost:http", "[::1", "%zz"]),
+            )
+            .prop_map(Hdr::Host)
+            .boxed(),
+        ),
         slot(
             often,
             or_odd(
@@ -2109,6 +2164,8 @@ fn headers(hostile: bool) -> BoxedStrategy<Vec<(Hdr, Spelling)>> {
                 .prop_map(Hdr::Te)
                 .boxed(),
             ),
+            // A second Host: 400, whatever its value.
+            slot(rarely, Just(Hdr::Host("localhost")).boxed()),
             // A second Content-Length: its values must agree with the first's.
             slot(rarely, length(true).prop_map(Hdr::Length).boxed()),
             slot(
@@ -2355,7 +2412,7 @@ proptest! {
 /// A request declaring a body of `length` bytes and sending none of it.
 fn declaring(method: &str, session: &str, length: &str) -> Vec<u8> {
     format!(
-        "{method} /mcp HTTP/1.1\r\nContent-Type: application/json\r\n\
+        "{method} /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
          Accept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\
          Content-Length: {length}\r\n\r\n"
     )
@@ -2440,10 +2497,17 @@ fn a_refusal_of_a_head_request_has_no_content() {
     // next response.
     let http = server();
     for (raw, status) in [
-        (&b"HEAD /mcp HTTP/1.1\r\nExpect: bogus\r\n\r\n"[..], 417),
-        (b"HEAD /mcp HTTP/1.1\r\nContent-Length: 99999\r\n\r\n", 413),
         (
-            b"HEAD /mcp HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+            &b"HEAD /mcp HTTP/1.1\r\nExpect: bogus\r\nHost: h\r\n\r\n"[..],
+            417,
+        ),
+        (b"HEAD /mcp HTTP/1.1\r\n\r\n", 400),
+        (
+            b"HEAD /mcp HTTP/1.1\r\nHost: h\r\nContent-Length: 99999\r\n\r\n",
+            413,
+        ),
+        (
+            b"HEAD /mcp HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n",
             501,
         ),
     ] {
@@ -2490,7 +2554,8 @@ fn pipelined_requests_are_handled_in_order() {
             raw.extend(keep_alive(post_bytes(&with, &ping(id))));
         }
         raw.extend(
-            format!("DELETE /mcp HTTP/1.1\r\nMcp-Session-Id: {session}\r\n\r\n").into_bytes(),
+            format!("DELETE /mcp HTTP/1.1\r\nHost: h\r\nMcp-Session-Id: {session}\r\n\r\n")
+                .into_bytes(),
         );
         raw.extend(post_bytes(&with, &ping(8)));
         let done = exchange(addr, &raw, &[]).unwrap();

@@ -248,7 +248,7 @@ fn http() {
         body.len()
     );
     let chunked = format!(
-        "POST http://localhost/mcp?x=1 HTTP/1.1\r\nContent-Type: application/json; charset=utf-8\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n{:x};ext=1\r\n{body}\r\n0\r\nTrailer: x\r\n\r\nGET /mcp HTTP/1.0\r\nConnection: keep-alive\r\nMcp-Name: =?base64?ZWNobw==?=\r\n\r\nDELETE /mcp HTTP/1.1\r\nMcp-Session-Id: abc\r\nConnection: close\r\n\r\n",
+        "POST http://localhost/mcp?x=1 HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json; charset=utf-8\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n{:x};ext=1\r\n{body}\r\n0\r\nTrailer: x\r\n\r\nGET /mcp HTTP/1.0\r\nConnection: keep-alive\r\nMcp-Name: =?base64?ZWNobw==?=\r\n\r\nDELETE /mcp HTTP/1.1\r\nHost: localhost\r\nMcp-Session-Id: abc\r\nConnection: close\r\n\r\n",
         body.len()
     );
     for (i, request) in [post, chunked].iter().enumerate() {

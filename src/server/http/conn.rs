@@ -509,6 +509,7 @@ fn read_request(
     let head = wire::read_head(reader, limits).map_err(|e| refused(e, false))?;
     let head_only = head.method == "HEAD";
     let body = (|| {
+        head.check_host()?;
         let continues = head.expects_continue()?;
         let framing = head.framing(limits.body_bytes)?;
         // No interim answer to an HTTP/1.0 client, whose expectation is ignored (RFC 9110

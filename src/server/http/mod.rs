@@ -1008,7 +1008,8 @@ pub fn fuzz_requests(bytes: &[u8], small: bool, chunk: usize) -> usize {
             return read;
         };
         let body = head
-            .expects_continue()
+            .check_host()
+            .and_then(|_| head.expects_continue())
             .and_then(|_| head.framing(limits.body_bytes))
             .and_then(|framing| wire::read_body(&mut reader, framing, &limits));
         let Ok(body) = body else {

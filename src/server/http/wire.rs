@@ -16,6 +16,8 @@
 //!   no further than the limit: nothing is ever allocated from what a client declares. A
 //!   chunked body's lines end in CRLF only, and its trailer lines are field lines as in a
 //!   head (400 otherwise), read and ignored;
+//! - an HTTP/1.1 request has exactly one `Host` field, an HTTP/1.0 one at most one, and
+//!   its value is `host[:port]` (400, RFC 9112 §3.2);
 //! - `Expect` is `100-continue` or nothing (417).
 //!
 //! Every refusal ends the connection: after a head or body it could not read, the server
@@ -118,6 +120,19 @@ impl Head {
         }
     }
 
+    /// Refuses (400) a head that does not name its host as RFC 9112 §3.2 asks: exactly one
+    /// `Host` field, whose value is `uri-host [":" port]`. Only HTTP/1.0 may leave it out.
+    pub(super) fn check_host(&self) -> Result<(), ReadError> {
+        let mut hosts = self.fields_named("Host");
+        match (hosts.next(), hosts.next()) {
+            (None, _) if self.version == Version::Http10 => Ok(()),
+            (None, _) => Err(refused(400, "an HTTP/1.1 request must name its Host")),
+            (Some(_), Some(_)) => Err(refused(400, "more than one Host field")),
+            (Some(host), None) if is_host(host) => Ok(()),
+            (Some(_), None) => Err(refused(400, "the Host field is not host[:port]")),
+        }
+    }
+
     /// Whether the client waits for `100 Continue` before it sends the body.
     pub(super) fn expects_continue(&self) -> Result<bool, ReadError> {
         match self.field("Expect") {
@@ -173,6 +188,48 @@ impl Head {
             _ => Err(too_large(max)),
         }
     }
+}
+
+/// Whether `value` is a `Host` field value: `uri-host [":" port]` (RFC 9112 §3.2, RFC 3986
+/// §3.2.2): an IP literal in brackets, or a registered name (an IPv4 address is one too)
+/// of unreserved characters, sub-delimiters and percent-encodings, which may be empty;
+/// then a port of digits, which may be empty too.
+fn is_host(value: &str) -> bool {
+    let unreserved_or_sub_delim =
+        |b: u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b);
+    let (host_ok, port) = match value.strip_prefix('[') {
+        Some(literal) => {
+            let Some((inside, after)) = literal.split_once(']') else {
+                return false;
+            };
+            let inside_ok = !inside.is_empty()
+                && inside
+                    .bytes()
+                    .all(|b| b == b':' || unreserved_or_sub_delim(b));
+            (inside_ok, after)
+        }
+        None => {
+            let at = value.find(':').unwrap_or(value.len());
+            let (name, port) = value.split_at(at);
+            let mut bytes = name.bytes();
+            let mut name_ok = true;
+            while let Some(b) = bytes.next() {
+                name_ok &= match b {
+                    b'%' => {
+                        bytes.next().is_some_and(|h| h.is_ascii_hexdigit())
+                            && bytes.next().is_some_and(|h| h.is_ascii_hexdigit())
+                    }
+                    b => unreserved_or_sub_delim(b),
+                };
+            }
+            (name_ok, port)
+        }
+    };
+    let port_ok = match port.strip_prefix(':') {
+        Some(digits) => digits.bytes().all(|b| b.is_ascii_digit()),
+        None => port.is_empty(),
+    };
+    host_ok && port_ok
 }
 
 fn too_large(max: usize) -> ReadError {
@@ -542,6 +599,40 @@ mod tests {
         }
         let long = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(300));
         assert_eq!(status(head(&long)), 431);
+    }
+
+    #[test]
+    fn an_http_1_1_head_names_one_valid_host() {
+        let host = |raw: &str| head(raw).unwrap().check_host();
+        for ok in [
+            "GET /mcp HTTP/1.1\r\nHost: localhost:3000\r\n\r\n",
+            "GET /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n",
+            "GET /mcp HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n",
+            "GET /mcp HTTP/1.1\r\nHost: [v1.fe80::a+en1]\r\n\r\n",
+            "GET /mcp HTTP/1.1\r\nHost: my%2Dhost.example:\r\n\r\n",
+            "GET /mcp HTTP/1.1\r\nHost:\r\n\r\n",
+            "GET /mcp HTTP/1.0\r\n\r\n",
+            "GET http://localhost/mcp HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        ] {
+            assert!(host(ok).is_ok(), "{ok:?}");
+        }
+        for bad in [
+            "GET /mcp HTTP/1.1\r\n\r\n",
+            "GET http://localhost/mcp HTTP/1.1\r\n\r\n",
+            "GET /mcp HTTP/1.1\r\nHost: a\r\nHOST: a\r\n\r\n",
+            "GET /mcp HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET /mcp HTTP/1.0\r\nHost: a b\r\n\r\n",
+            "GET /mcp HTTP/1.1\r\nHost: a:b\r\n\r\n",
+            "GET /mcp HTTP/1.1\r\nHost: a:1:2\r\n\r\n",
+            "GET /mcp HTTP/1.1\r\nHost: a/b\r\n\r\n",
+            "GET /mcp HTTP/1.1\r\nHost: a@b\r\n\r\n",
+            "GET /mcp HTTP/1.1\r\nHost: %zz\r\n\r\n",
+            "GET /mcp HTTP/1.1\r\nHost: [::1\r\n\r\n",
+            "GET /mcp HTTP/1.1\r\nHost: []\r\n\r\n",
+            "GET /mcp HTTP/1.1\r\nHost: [::1]x\r\n\r\n",
+        ] {
+            assert_eq!(status(host(bad)), 400, "{bad:?}");
+        }
     }
 
     #[test]
