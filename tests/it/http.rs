@@ -965,3 +965,48 @@ fn a_resumed_event_stream_gets_again_what_followed_the_last_event_seen() {
         ("3", &json!("completed"))
     );
 }
+
+#[test]
+fn get_reads_accept_by_media_range_and_q_value() {
+    // RFC 9110 §12.5.1: the most specific range decides, and q=0 means "not acceptable".
+    let http = start();
+    let addr = http.local_addr();
+    let session = initialize(addr);
+    for refused in [
+        "text/event-stream;q=0",
+        "TEXT/Event-Stream ; Q=0.000",
+        "application/json",
+        "text/event-stream-x",
+        "*/*;q=0",
+        "text/*;q=0, application/json",
+        "text/event-stream;q=0, */*",
+    ] {
+        let reply = send(
+            addr,
+            "GET",
+            &[("Accept", refused), ("Mcp-Session-Id", &session)],
+            b"",
+        );
+        assert_eq!((reply.status, reply.code()), (406, -32600), "{refused}");
+    }
+    for accepted in [
+        "*/*",
+        "text/*",
+        "Text/Event-Stream;q=0.5",
+        "application/json;q=0, text/event-stream;q=0.1",
+        "*/*;q=0, text/event-stream",
+    ] {
+        let stream = write_request(
+            addr,
+            "GET",
+            &[("Accept", accepted), ("Mcp-Session-Id", &session)],
+            b"",
+        );
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let head = raw_http::read_head(&mut BufReader::new(stream));
+        assert_eq!(head.status, 200, "{accepted}: {head:?}");
+        assert!(head.is_stream(), "{accepted}: {head:?}");
+    }
+}

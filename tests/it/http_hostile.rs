@@ -1613,9 +1613,7 @@ fn expected(step: &Step, live: Option<&str>) -> Want {
     match head.method.as_str() {
         "POST" => {}
         "GET" => {
-            let streams = head
-                .field("Accept")
-                .is_some_and(|a| a.contains("text/event-stream"));
+            let streams = accepts_event_stream(head);
             return match session {
                 _ if !streams => Want::Error(406, -32600),
                 None => Want::Error(405, -32600),
@@ -1641,6 +1639,60 @@ fn expected(step: &Step, live: Option<&str>) -> Want {
         return Want::Error(415, -32600);
     }
     Want::Rpc(body.clone())
+}
+
+/// Whether `Accept` lets a `GET` have its event stream (RFC 9110 §12.5.1): some field must
+/// be there, and of the ranges that cover `text/event-stream`, the most specific
+/// (`text/event-stream`, `text/*`, `*/*`; any case, parameters other than `q` aside) with
+/// the highest `q` must have a `q` above 0. Ranges that are not `type/subtype`, or whose
+/// `q` is not a qvalue (0 to 1, three decimals at most), count for nothing. The values the
+/// generator sends hold no quoted strings.
+fn accepts_event_stream(head: &Head) -> bool {
+    let ranges = head.list("Accept");
+    if head.fields_named("Accept").next().is_none() {
+        return false;
+    }
+    let mut best = (-1i32, 0u32);
+    for range in ranges.iter().filter(|r| !r.is_empty()) {
+        let mut parts = range.split(';').map(|p| p.trim_matches([' ', '\t']));
+        let media = parts.next().unwrap_or("").to_ascii_lowercase();
+        let rank = match media.as_str() {
+            "text/event-stream" => 2,
+            "text/*" => 1,
+            "*/*" => 0,
+            _ => continue,
+        };
+        let mut q = Some(1000);
+        for param in parts.filter(|p| !p.is_empty()) {
+            match param.split_once('=') {
+                Some((name, value)) if name.eq_ignore_ascii_case("q") => {
+                    q = match value.split_once('.') {
+                        None if value == "0" || value == "1" => {
+                            value.parse::<u32>().ok().map(|v| v * 1000)
+                        }
+                        Some((whole, frac))
+                            if frac.len() <= 3 && frac.bytes().all(|b| b.is_ascii_digit()) =>
+                        {
+                            let thousandths = format!("{frac:0<3}").parse::<u32>().unwrap();
+                            match whole {
+                                "0" => Some(thousandths),
+                                "1" if thousandths == 0 => Some(1000),
+                                _ => None,
+                            }
+                        }
+                        _ => None,
+                    }
+                }
+                Some(_) => {}
+                None => q = None,
+            }
+        }
+        let Some(q) = q else { continue };
+        if (rank, q) > best {
+            best = (rank, q);
+        }
+    }
+    best.0 >= 0 && best.1 > 0
 }
 
 /// Which id an error must carry.
@@ -2082,8 +2134,24 @@ fn headers(hostile: bool) -> BoxedStrategy<Vec<(Hdr, Spelling)>> {
             often,
             or_odd(
                 hostile,
-                one_of(&["application/json, text/event-stream", "text/event-stream"]),
-                one_of(&["application/json", "*/*", ""]),
+                one_of(&[
+                    "application/json, text/event-stream",
+                    "text/event-stream",
+                    "*/*",
+                    "text/*;q=0.5",
+                    "Text/Event-Stream; q=1.000",
+                ]),
+                one_of(&[
+                    "application/json",
+                    "",
+                    "text/event-stream;q=0",
+                    "TEXT/EVENT-STREAM ;Q=0.0",
+                    "*/*;q=0",
+                    "text/event-stream;q=0, */*",
+                    "*/*;q=0, text/event-stream;q=0.001",
+                    "text/event-stream;q=2",
+                    "text/event-stream-x",
+                ]),
             )
             .prop_map(Hdr::Accept)
             .boxed(),

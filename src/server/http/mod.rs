@@ -866,10 +866,8 @@ fn delete(state: &State, head: &Head) -> Answer {
 /// every event written at once. The stream keeps its connection's thread while it lasts
 /// (one per session: a new one replaces the old).
 fn get(state: &Arc<State>, head: &Head, responder: Responder) {
-    let accepts = head
-        .field("Accept")
-        .is_some_and(|a| a.contains("text/event-stream"));
-    if !accepts {
+    // The spec has clients name the stream in `Accept`: one without it is refused too.
+    if head.accepts("text/event-stream") != Some(true) {
         let error = RpcError::invalid_request("GET /mcp serves text/event-stream only");
         return respond(responder, Answer::error(406, error));
     }

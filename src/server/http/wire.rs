@@ -133,6 +133,41 @@ impl Head {
         }
     }
 
+    /// Whether the `Accept` fields let the answer be of `media_type` (`type/subtype`, no
+    /// parameters), as RFC 9110 §12.5.1 reads them: the most specific media range that
+    /// matches it (`type/subtype`, then `type/*`, then `*/*`; names are case-insensitive,
+    /// parameters other than `q` are ignored) decides, and its `q` must not be 0. An
+    /// element that cannot be read (a malformed range or `q`) counts for nothing. `None`
+    /// when the request has no `Accept` field at all.
+    pub(super) fn accepts(&self, media_type: &str) -> Option<bool> {
+        let mut values = self.fields_named("Accept").peekable();
+        values.peek()?;
+        let (wanted_type, wanted_subtype) = media_type.split_once('/')?;
+        // (specificity, q in thousandths) of the best match so far.
+        let mut best: Option<(u8, u16)> = None;
+        for element in values.flat_map(|v| split_outside_quotes(v, ',')) {
+            let Some((range_type, range_subtype, q)) = media_range(element) else {
+                continue;
+            };
+            let specificity = match (range_type, range_subtype) {
+                ("*", "*") => 0,
+                (t, "*") if t.eq_ignore_ascii_case(wanted_type) => 1,
+                (t, s)
+                    if t.eq_ignore_ascii_case(wanted_type)
+                        && s.eq_ignore_ascii_case(wanted_subtype) =>
+                {
+                    2
+                }
+                _ => continue,
+            };
+            // Equally specific ranges: the most favourable one counts.
+            if best.is_none_or(|(s, b)| specificity > s || (specificity == s && q > b)) {
+                best = Some((specificity, q));
+            }
+        }
+        Some(best.is_some_and(|(_, q)| q > 0))
+    }
+
     /// Whether the client waits for `100 Continue` before it sends the body.
     pub(super) fn expects_continue(&self) -> Result<bool, ReadError> {
         match self.field("Expect") {
@@ -230,6 +265,69 @@ fn is_host(value: &str) -> bool {
         None => port.is_empty(),
     };
     host_ok && port_ok
+}
+
+/// The pieces of `value` between `separator`s outside quoted strings (RFC 9110 §5.6.4),
+/// trimmed of spaces and tabs; empty ones (a list may hold them) left out.
+fn split_outside_quotes(value: &str, separator: char) -> impl Iterator<Item = &str> {
+    let mut pieces = Vec::new();
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for (at, c) in value.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            c if c == separator && !quoted => {
+                pieces.push(&value[start..at]);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    pieces.push(&value[start..]);
+    pieces
+        .into_iter()
+        .map(|p| p.trim_matches([' ', '\t']))
+        .filter(|p| !p.is_empty())
+}
+
+/// One element of `Accept`: `type/subtype` (or `type/*`, or `*/*`), its parameters, and
+/// its weight: the type, the subtype and `q` in thousandths (1000 when absent). `None`
+/// when it is malformed (`*/json` included) or its `q` is not a qvalue.
+fn media_range(element: &str) -> Option<(&str, &str, u16)> {
+    let mut parts = split_outside_quotes(element, ';');
+    let (range_type, range_subtype) = parts.next()?.split_once('/')?;
+    if !is_token(range_type) || !is_token(range_subtype) {
+        return None;
+    }
+    if range_type == "*" && range_subtype != "*" {
+        return None;
+    }
+    let mut q = 1000;
+    for parameter in parts {
+        let (name, value) = parameter.split_once('=')?;
+        if !is_token(name) {
+            return None;
+        }
+        if name.eq_ignore_ascii_case("q") {
+            q = qvalue(value)?;
+        }
+    }
+    Some((range_type, range_subtype, q))
+}
+
+/// A qvalue (RFC 9110 §12.4.2), `0` to `1` with at most three decimals, in thousandths.
+fn qvalue(value: &str) -> Option<u16> {
+    let (whole, fraction) = value.split_once('.').unwrap_or((value, ""));
+    if fraction.len() > 3 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let thousandths = format!("{fraction:0<3}").parse::<u16>().ok()?;
+    match whole {
+        "0" => Some(thousandths),
+        "1" if thousandths == 0 => Some(1000),
+        _ => None,
+    }
 }
 
 fn too_large(max: usize) -> ReadError {
@@ -632,6 +730,63 @@ mod tests {
             "GET /mcp HTTP/1.1\r\nHost: [::1]x\r\n\r\n",
         ] {
             assert_eq!(status(host(bad)), 400, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn accept_is_read_by_its_most_specific_range_and_q_0_refuses() {
+        let accepts = |fields: &str| {
+            let fields = match fields {
+                "" => String::new(),
+                fields => format!("{fields}\r\n"),
+            };
+            head(&format!("GET /mcp HTTP/1.1\r\n{fields}\r\n"))
+                .unwrap()
+                .accepts("text/event-stream")
+        };
+        assert_eq!(accepts(""), None);
+        for yes in [
+            "Accept: text/event-stream",
+            "Accept: application/json, text/event-stream",
+            "Accept: TEXT/Event-Stream",
+            "Accept: */*",
+            "Accept: text/*",
+            "Accept: text/event-stream;q=0.001",
+            "Accept: text/event-stream ; Q=1.000",
+            "Accept: text/event-stream;charset=utf-8",
+            "Accept: text/event-stream;x=\"a;q=0,b\"",
+            "Accept: */*;q=0, text/event-stream",
+            "Accept: text/*;q=0, text/event-stream;q=0.5",
+            "Accept: text/event-stream;q=0, text/event-stream;q=0.2",
+            "Accept: application/json\r\nAccept: text/event-stream",
+            "Accept: ,, text/event-stream ,",
+            "Accept: text/event-stream;q=bad, */*",
+        ] {
+            assert_eq!(accepts(yes), Some(true), "{yes:?}");
+        }
+        for no in [
+            "Accept:",
+            "Accept: application/json",
+            "Accept: text/event-stream;q=0",
+            "Accept: text/event-stream;Q=0.000",
+            "Accept: text/event-stream ;\tq=0",
+            "Accept: text/event-stream;q=0, */*",
+            "Accept: text/event-stream;q =0",
+            "Accept: text/event-stream;q=0, text/*",
+            "Accept: text/*;q=0",
+            "Accept: */*;q=0",
+            "Accept: text/event-streamx",
+            "Accept: text/event-stream-x, textual/event-stream",
+            "Accept: text/event-stream;q=1.5",
+            "Accept: text/event-stream;q=0.0001",
+            "Accept: text/event-stream;q=",
+            "Accept: text/event-stream;q",
+            "Accept: */event-stream",
+            "Accept: text/",
+            "Accept: text/event-stream/x",
+            "Accept: \"text/event-stream\"",
+        ] {
+            assert_eq!(accepts(no), Some(false), "{no:?}");
         }
     }
 
