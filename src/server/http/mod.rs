@@ -925,7 +925,10 @@ fn get(state: &Arc<State>, head: &Head, responder: Responder) {
 /// Forgets `stream` as the session's current one, unless a newer one replaced it.
 fn end_stream(session: &Session, stream: &Arc<Closer>) {
     let mut current = session.stream.lock();
-    if current.as_ref().is_some_and(|(_, c)| Arc::ptr_eq(c, stream)) {
+    if current
+        .as_ref()
+        .is_some_and(|(_, c)| Arc::ptr_eq(c, stream))
+    {
         *current = None;
     }
 }
