@@ -1010,3 +1010,140 @@ fn get_reads_accept_by_media_range_and_q_value() {
         assert!(head.is_stream(), "{accepted}: {head:?}");
     }
 }
+
+fn ping_status(addr: SocketAddr, session: &str) -> u16 {
+    let ping = json!({"jsonrpc": "2.0", "id": 9, "method": "ping"});
+    post(addr, &[("Mcp-Session-Id", session)], &ping).status
+}
+
+#[test]
+fn at_the_session_limit_initialize_ends_the_least_recently_active_quiet_session() {
+    let (http, store) = demo_http_server(HttpOptions {
+        max_sessions: 3,
+        ..options()
+    });
+    let addr = http.local_addr();
+    let (a, b, c) = (initialize(addr), initialize(addr), initialize(addr));
+    // b's task has finished: its result is all ending b gives up.
+    let created = post(
+        addr,
+        &[("Mcp-Session-Id", &b)],
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"ms": 0}, "task": {}}}),
+    );
+    let task = created.json()["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let result = post(
+        addr,
+        &[("Mcp-Session-Id", &b)],
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/result",
+            "params": {"taskId": task}}),
+    );
+    assert_eq!(result.status, 200, "{}", result.json());
+    // Activity, oldest first: b, c, a.
+    assert_eq!(ping_status(addr, &c), 200);
+    assert_eq!(ping_status(addr, &a), 200);
+
+    let d = initialize(addr);
+    assert_eq!(
+        ping_status(addr, &b),
+        404,
+        "the least recently active one ended"
+    );
+    assert_eq!(
+        status_in_store(store.as_ref(), &b, &task),
+        TaskStatus::Completed
+    );
+    for kept in [&a, &c, &d] {
+        assert_eq!(ping_status(addr, kept), 200);
+    }
+    // Then the next least recently active (a, c and d were just pinged in that order).
+    let e = initialize(addr);
+    assert_eq!(ping_status(addr, &a), 404);
+    for kept in [&c, &d, &e] {
+        assert_eq!(ping_status(addr, kept), 200);
+    }
+}
+
+#[test]
+fn at_the_session_limit_initialize_gets_503_when_every_session_is_busy() {
+    // A tool that says it started, then waits for the test.
+    let (started_tx, started) = crossbeam_channel::bounded::<()>(1);
+    let (release, gate) = crossbeam_channel::bounded::<()>(0);
+    let hold = Tool::new(
+        "hold",
+        "Says it started, then waits for the test",
+        json!({"type": "object"}),
+        TaskSupport::Optional,
+        move |_, _| {
+            let _ = started_tx.send(());
+            let _ = gate.recv();
+            Ok(text_result("released"))
+        },
+    );
+    let mut builder = Server::builder().tool(hold);
+    for tool in demo::tools() {
+        builder = builder.tool(tool);
+    }
+    let server = builder.build().unwrap();
+    let store = server.store();
+    let options = HttpOptions {
+        max_sessions: 3,
+        ..options()
+    };
+    let http = HttpServer::bind(server, "127.0.0.1:0", options).unwrap();
+    let addr = http.local_addr();
+    let (streaming, tasked, calling) = (initialize(addr), initialize(addr), initialize(addr));
+    let _events = open_event_stream(addr, &streaming);
+    let task = start_long_task(addr, &tasked);
+    let call = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+        "params": {"name": "hold", "arguments": {}}});
+    let body = call.to_string();
+    let in_flight = write_request(
+        addr,
+        "POST",
+        &[
+            ("Content-Type", "application/json"),
+            ("Mcp-Session-Id", &calling),
+        ],
+        body.as_bytes(),
+    );
+    started
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the call started");
+
+    let refused = post(
+        addr,
+        &[],
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
+    );
+    assert_eq!((refused.status, refused.code()), (503, -32603));
+    assert_eq!(
+        status_in_store(store.as_ref(), &tasked, &task),
+        TaskStatus::Working,
+        "no live task is cancelled to make room"
+    );
+    for kept in [&streaming, &tasked, &calling] {
+        assert_eq!(ping_status(addr, kept), 200);
+    }
+
+    // Once its call is answered, the calling session is quiet, has no task, and makes room.
+    drop(release);
+    in_flight
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let answered = read_reply(in_flight);
+    assert_eq!(answered.status, 200, "{}", answered.json());
+    let newer = initialize(addr);
+    assert_eq!(ping_status(addr, &calling), 404);
+    for kept in [&streaming, &tasked, &newer] {
+        assert_eq!(ping_status(addr, kept), 200);
+    }
+    assert_eq!(
+        status_in_store(store.as_ref(), &tasked, &task),
+        TaskStatus::Working
+    );
+}

@@ -26,7 +26,11 @@
 //!
 //! 2025-11-25 sessions end on `DELETE` or after [`HttpOptions::session_idle_timeout`] with
 //! no request in progress, no event stream open and no new request; either way the
-//! session's live tasks are cancelled. A failed `initialize` opens no session.
+//! session's live tasks are cancelled. A failed `initialize` opens no session. An
+//! `initialize` at [`HttpOptions::max_sessions`] ends the least recently active session
+//! with no request in progress, no event stream and no live task (so nothing is
+//! cancelled), and gets HTTP 503 only if there is none: clients that open a session per
+//! request and never `DELETE` it do not lock others out.
 //!
 //! # Limits
 //!
@@ -71,6 +75,12 @@ mod wire;
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// Field lines a request head may hold.
 const MAX_HEADER_FIELDS: usize = 100;
+/// How many of the least recently active quiet sessions an `initialize` at
+/// [`HttpOptions::max_sessions`] looks at (a store listing each) for one to end.
+const EVICTION_CANDIDATES: usize = 32;
+/// How many sessions one `initialize` may end to make room, should other ones take the
+/// room first.
+const EVICTIONS_PER_INITIALIZE: usize = 4;
 
 /// Settings of the HTTP transport.
 #[derive(Clone, Debug)]
@@ -92,7 +102,9 @@ pub struct HttpOptions {
     /// ends its connection (default 30 s): a client that reads steadily gets a large answer
     /// whole, and one that stopped reading holds its connection's writer no longer.
     pub write_timeout: Duration,
-    /// Most 2025-11-25 sessions open at once (default 1024).
+    /// Most 2025-11-25 sessions open at once (default 1024). An `initialize` beyond it
+    /// ends the least recently active session that loses nothing by it (no request in
+    /// progress, no event stream open, no live task), and gets HTTP 503 if none does.
     pub max_sessions: usize,
     /// A 2025-11-25 session with no request in progress, no open event stream and no
     /// request for this long is ended as if the client had sent `DELETE` (its live tasks
@@ -178,6 +190,9 @@ struct Session {
     ended: Closer,
     /// Requests in progress and open event streams (each holds an [`Activity`]).
     active: AtomicUsize,
+    /// How many [`Activity`]s ever began: eviction sees by it whether a request came while
+    /// it looked at the session's tasks.
+    begun: AtomicU64,
     /// When the last [`Activity`] began or ended.
     last_active: Mutex<Instant>,
 }
@@ -187,6 +202,11 @@ impl Session {
     fn idle(&self, now: Instant, timeout: Duration) -> bool {
         self.active.load(Ordering::Acquire) == 0
             && now.saturating_duration_since(*self.last_active.lock()) >= timeout
+    }
+
+    /// Whether nothing is in progress on it: no request and no event stream.
+    fn quiet(&self) -> bool {
+        self.active.load(Ordering::Acquire) == 0 && self.stream.lock().is_none()
     }
 }
 
@@ -199,6 +219,7 @@ impl Activity {
     /// between the lookup and this.
     fn begin(session: &Arc<Session>) -> Activity {
         session.active.fetch_add(1, Ordering::AcqRel);
+        session.begun.fetch_add(1, Ordering::AcqRel);
         *session.last_active.lock() = Instant::now();
         Activity(session.clone())
     }
@@ -785,10 +806,20 @@ fn open_session(state: &Arc<State>, responder: Responder, message: Message) {
         let answer = Answer::error(503, RpcError::internal("the server is stopping"));
         return respond(responder, answer);
     }
-    if sessions.len() >= state.options.max_sessions {
+    let mut evictions = 0;
+    while sessions.len() >= state.options.max_sessions {
         drop(sessions);
-        let answer = Answer::error(503, RpcError::internal("too many open sessions"));
-        return respond(responder, answer);
+        if evictions == EVICTIONS_PER_INITIALIZE || !evict_quiet_session(state) {
+            let answer = Answer::error(503, RpcError::internal("too many open sessions"));
+            return respond(responder, answer);
+        }
+        evictions += 1;
+        sessions = state.sessions.lock();
+        if state.stopping.is_closed() {
+            drop(sessions);
+            let answer = Answer::error(503, RpcError::internal("the server is stopping"));
+            return respond(responder, answer);
+        }
     }
     let id = TaskId::random().to_string();
     let (outgoing_tx, outgoing) = crossbeam_channel::bounded(1024);
@@ -803,6 +834,7 @@ fn open_session(state: &Arc<State>, responder: Responder, message: Message) {
         replay: Replay::default(),
         ended: Closer::new(),
         active: AtomicUsize::new(0),
+        begun: AtomicU64::new(0),
         last_active: Mutex::new(Instant::now()),
     });
     let activity = Activity::begin(&session);
@@ -824,6 +856,79 @@ fn open_session(state: &Arc<State>, responder: Responder, message: Message) {
             ..Answer::json(200, response)
         }
     });
+}
+
+/// Ends the least recently active session that loses nothing by it, to make room for a
+/// new one: no request in progress, no event stream open, and no live task (ending a
+/// session cancels those; a finished one's result is all it gives up). Looks at the
+/// [`EVICTION_CANDIDATES`] least recently active quiet sessions; false if none can go.
+///
+/// Their tasks are listed with the sessions lock released: every request takes that lock,
+/// and would wait behind the store (a journal's fsync, say) otherwise. So a request that
+/// begins meanwhile (and might create a task) is seen afterwards, by `begun`, under the
+/// lock, and leaves its session alone: tasks are only created by a session's requests.
+fn evict_quiet_session(state: &State) -> bool {
+    let mut candidates: Vec<(Arc<Session>, u64, Instant)> = state
+        .sessions
+        .lock()
+        .values()
+        .filter(|session| session.quiet())
+        .map(|session| {
+            let begun = session.begun.load(Ordering::Acquire);
+            (session.clone(), begun, *session.last_active.lock())
+        })
+        .collect();
+    candidates.sort_by_key(|&(_, _, last_active)| last_active);
+    let store = state.server.store();
+    for (session, begun, last_active) in candidates.into_iter().take(EVICTION_CANDIDATES) {
+        match has_live_tasks(store.as_ref(), &session.id) {
+            Ok(false) => {}
+            Ok(true) => continue,
+            Err(error) => {
+                log::warn!(
+                    "HTTP session {}: cannot list its tasks: {error}",
+                    session.id
+                );
+                continue;
+            }
+        }
+        let mut sessions = state.sessions.lock();
+        let unchanged = sessions
+            .get(session.id.as_str())
+            .is_some_and(|current| Arc::ptr_eq(current, &session))
+            && session.begun.load(Ordering::Acquire) == begun
+            && session.quiet();
+        if !unchanged {
+            continue;
+        }
+        sessions.remove(session.id.as_str());
+        drop(sessions);
+        log::info!(
+            "HTTP sessions at their limit ({}): ending session {}, quiet for {:?} and with no \
+             live task, to open a new one",
+            state.options.max_sessions,
+            session.id,
+            last_active.elapsed(),
+        );
+        end_session(state, &session);
+        return true;
+    }
+    false
+}
+
+/// Whether `session` has a task that has not ended.
+fn has_live_tasks(store: &dyn TaskStore, session: &SessionId) -> Result<bool, crate::StoreError> {
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store.list(Some(session), cursor.as_deref())?;
+        if page.tasks.iter().any(|task| !task.status.is_terminal()) {
+            return Ok(true);
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(false),
+        }
+    }
 }
 
 fn find_session(state: &State, head: &Head) -> Result<(Arc<Session>, Activity), Answer> {
