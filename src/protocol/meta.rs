@@ -3,7 +3,8 @@
 
 use serde_json::Value;
 
-use super::sep2663;
+use super::jsonrpc::RpcError;
+use super::{sep2663, v2025};
 
 /// `_meta` key carrying the request's protocol version.
 pub const PROTOCOL_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
@@ -11,6 +12,39 @@ pub const PROTOCOL_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion"
 pub const CLIENT_CAPABILITIES_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
 /// The tasks extension's identifier.
 pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// Protocol versions this server accepts at `initialize`, newest first.
+pub const SUPPORTED_VERSIONS: &[&str] = &[
+    v2025::PROTOCOL_VERSION,
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+];
+
+/// Whether a protocol version a request names (in `_meta`, or the HTTP
+/// `MCP-Protocol-Version` header) is one this server speaks: 2026-07-28 (SEP-2663) or one
+/// `initialize` accepts.
+pub fn supported_version(version: &str) -> bool {
+    version == sep2663::PROTOCOL_VERSION || SUPPORTED_VERSIONS.contains(&version)
+}
+
+/// What a request naming a version this server does not speak gets: 2026-07-28's
+/// `UnsupportedProtocolVersionError`, -32022 ("the server MUST respond with an
+/// UnsupportedProtocolVersionError listing the versions it does support"), whose `data`
+/// lists the versions it speaks (`supported`) and echoes the one asked for (`requested`),
+/// so a client can retry with one of them.
+pub fn unsupported_version(version: &str) -> RpcError {
+    let mut supported = vec![sep2663::PROTOCOL_VERSION];
+    supported.extend_from_slice(SUPPORTED_VERSIONS);
+    RpcError::new(
+        sep2663::UNSUPPORTED_PROTOCOL_VERSION,
+        format!(
+            "Unsupported protocol version '{version}' (supported: {})",
+            supported.join(", ")
+        ),
+    )
+    .with_data(serde_json::json!({ "supported": supported, "requested": version }))
+}
 
 /// Which revision of MCP tasks a request speaks.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -22,7 +22,8 @@ use crate::model::SessionId;
 use crate::TaskStore;
 
 /// Serves one raw JSON-RPC `tasks/*` request against any store, in whichever revision the
-/// request speaks (SEP-2663 when its `_meta` names protocol 2026-07-28, else 2025-11-25):
+/// request speaks (SEP-2663 when its `_meta` names protocol 2026-07-28, else 2025-11-25;
+/// a version this server does not speak gets -32022, see [`meta::unsupported_version`]):
 /// a host with its own transport can serve MCP tasks without rewriting the adapters. The
 /// answer is the complete JSON-RPC response; `None` for a notification or a response.
 /// A 2025-11-25 `tasks/result` blocks until the task is terminal. Methods outside
@@ -39,7 +40,16 @@ pub fn dispatch_tasks(
         Err(rejected) => return rejected.answer(),
     };
     let Request { id, method, params } = request;
-    let outcome = match RequestMeta::of(params.as_ref()).revision() {
+    let meta = RequestMeta::of(params.as_ref());
+    if let Some(version) = meta.protocol_version.as_deref() {
+        if !meta::supported_version(version) {
+            return Some(jsonrpc::error_response(
+                Some(&id),
+                &meta::unsupported_version(version),
+            ));
+        }
+    }
+    let outcome = match meta.revision() {
         Revision::V2025 => v2025::handle(store, session, &method, params),
         Revision::Sep2663 => sep2663::handle(store, session, &method, params),
     };

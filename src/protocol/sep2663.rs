@@ -19,6 +19,9 @@ pub const PROTOCOL_VERSION: &str = "2026-07-28";
 pub const MISSING_CAPABILITY: i64 = -32021;
 /// HTTP headers disagree with the body (SEP-2243).
 pub const HEADER_MISMATCH: i64 = -32020;
+/// The request's protocol version is not one the server supports (2026-07-28,
+/// `UnsupportedProtocolVersionError`).
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 /// How long a client may cache `server/discover` and `tools/list` results, in ms.
 pub const CACHE_TTL_MS: u64 = 60_000;

@@ -32,30 +32,12 @@ use crate::StoreError;
 /// the response (stdio: until the client reads), which holds back the thread answering.
 pub type Responder = Box<dyn FnOnce(Value) + Send>;
 
-/// Protocol versions this server accepts at `initialize`, newest first.
-pub const SUPPORTED_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+pub use crate::protocol::meta::SUPPORTED_VERSIONS;
+pub(crate) use crate::protocol::meta::{supported_version, unsupported_version};
 
 /// The protocol versions with JSON-RPC batches: 2025-03-26 says servers MUST accept them,
 /// 2024-11-05 is plain JSON-RPC 2.0, which allows them; 2025-06-18 removed them.
 const BATCH_VERSIONS: &[&str] = &["2025-03-26", "2024-11-05"];
-
-/// Whether a protocol version a request names (in `_meta`, or the HTTP
-/// `MCP-Protocol-Version` header) is one this server speaks: 2026-07-28 (SEP-2663) or one
-/// `initialize` accepts.
-pub(crate) fn supported_version(version: &str) -> bool {
-    version == sep2663::PROTOCOL_VERSION || SUPPORTED_VERSIONS.contains(&version)
-}
-
-/// The -32600 a request naming a version this server does not speak gets, listing those
-/// it does.
-pub(crate) fn unsupported_version(version: &str) -> RpcError {
-    let mut supported = vec![sep2663::PROTOCOL_VERSION];
-    supported.extend_from_slice(SUPPORTED_VERSIONS);
-    RpcError::invalid_request(format!(
-        "unsupported protocol version '{version}' (supported: {})",
-        supported.join(", ")
-    ))
-}
 
 /// How often a tool waiting for the client's answer looks whether its task ended, in case
 /// the store event saying so was lost.

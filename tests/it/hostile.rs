@@ -582,15 +582,15 @@ fn check_request(
             prop_assert!(
                 matches!(
                     code,
-                    Some(-32600 | -32601 | -32602 | -32603 | -32021 | -32000)
+                    Some(-32600 | -32601 | -32602 | -32603 | -32021 | -32022 | -32000)
                 ),
                 "unexpected code: {}",
                 answer
             );
             prop_assert_eq!(
-                code == Some(-32600),
+                code == Some(-32022),
                 unsupported,
-                "-32600 is for an unsupported protocol version: {}",
+                "-32022 is for an unsupported protocol version: {}",
                 answer
             );
             // SEP-2663: the task methods need the extension declared, on every request.

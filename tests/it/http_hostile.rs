@@ -1607,7 +1607,8 @@ fn expected(step: &Step, live: Option<&str>) -> Want {
         .field("MCP-Protocol-Version")
         .is_some_and(|v| !SUPPORTED.contains(&v))
     {
-        return Want::Error(400, -32600);
+        // 2026-07-28's UnsupportedProtocolVersionError.
+        return Want::Error(400, -32022);
     }
     let session = head.field("Mcp-Session-Id");
     match head.method.as_str() {
@@ -1794,7 +1795,7 @@ fn check_rpc(body: &[u8], head: &Head, live: Option<&str>, reply: &Reply) -> Res
         .and_then(Value::as_str);
     let id_rule = id.as_ref().map_or(IdRule::Null, IdRule::Is);
     if version.is_some_and(|v| !SUPPORTED.contains(&v)) {
-        return expect_error(reply, 400, &[-32600], id_rule);
+        return expect_error(reply, 400, &[-32022], id_rule);
     }
     let header_version = head.field("MCP-Protocol-Version");
     let by_header = header_version == Some(SEP_VERSION);

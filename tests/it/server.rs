@@ -1665,11 +1665,27 @@ fn a_request_naming_a_protocol_version_the_server_does_not_speak_is_refused() {
     for version in ["abc", "2099-01-01", "2026-01-01"] {
         let params = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": version}});
         let response = h.request("tools/list", params);
-        assert_eq!(response["error"]["code"], -32600, "{version}: {response}");
-        assert!(response["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("2026-07-28"));
+        // 2026-07-28 (versioning): UnsupportedProtocolVersionError, -32022, whose data lists
+        // the versions the server supports and echoes the one requested.
+        let error = &response["error"];
+        assert_eq!(error["code"], -32022, "{version}: {response}");
+        assert_eq!(error["data"]["requested"], version, "{response}");
+        let supported = error["data"]["supported"].as_array().expect("supported");
+        for speaks in [
+            "2026-07-28",
+            "2025-11-25",
+            "2025-06-18",
+            "2025-03-26",
+            "2024-11-05",
+        ] {
+            assert!(supported.contains(&json!(speaks)), "{speaks}: {response}");
+        }
+    }
+    // The same for a request that names no method the server knows, and server/discover.
+    for method in ["server/discover", "no/such/method"] {
+        let params = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "1900-01-01"}});
+        let response = h.request(method, params);
+        assert_eq!(response["error"]["code"], -32022, "{method}: {response}");
     }
     // The versions it speaks are served, each in its revision.
     let sep2663 = h.result(

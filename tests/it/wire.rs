@@ -98,3 +98,25 @@ fn timestamps_clamp_instead_of_failing_on_hostile_values() {
     assert_eq!(Timestamp(u64::MAX).to_string(), "9999-12-31T23:59:59.999Z");
     assert_eq!(Timestamp(0).to_string(), "1970-01-01T00:00:00.000Z");
 }
+
+#[test]
+fn dispatch_tasks_refuses_a_protocol_version_it_does_not_speak() {
+    use mcp_task_store::protocol::dispatch_tasks;
+    use mcp_task_store::Store;
+    let store = Store::builder().build().unwrap();
+    let handle = store.handle();
+    for version in ["1900-01-01", "abc"] {
+        let request = json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/list",
+            "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": version}}});
+        let answer = dispatch_tasks(&handle, None, &request.to_string()).expect("an answer");
+        assert_eq!(answer["error"]["code"], -32022, "{version}: {answer}");
+        assert_eq!(answer["error"]["data"]["requested"], version, "{answer}");
+        let supported = answer["error"]["data"]["supported"].as_array().unwrap();
+        assert!(supported.contains(&json!("2026-07-28")), "{answer}");
+    }
+    // A version it speaks is served.
+    let request = json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/list",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2025-11-25"}}});
+    let answer = dispatch_tasks(&handle, None, &request.to_string()).unwrap();
+    assert_eq!(answer["result"]["tasks"], json!([]), "{answer}");
+}
