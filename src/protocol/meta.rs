@@ -28,14 +28,22 @@ pub fn supported_version(version: &str) -> bool {
     version == sep2663::PROTOCOL_VERSION || SUPPORTED_VERSIONS.contains(&version)
 }
 
+/// Every protocol version this server speaks, newest first: 2026-07-28 (SEP-2663), then
+/// those `initialize` accepts. What `server/discover` lists as `supportedVersions` and an
+/// unsupported version's error as `supported`.
+pub fn all_versions() -> Vec<&'static str> {
+    let mut versions = vec![sep2663::PROTOCOL_VERSION];
+    versions.extend_from_slice(SUPPORTED_VERSIONS);
+    versions
+}
+
 /// What a request naming a version this server does not speak gets: 2026-07-28's
 /// `UnsupportedProtocolVersionError`, -32022 ("the server MUST respond with an
 /// UnsupportedProtocolVersionError listing the versions it does support"), whose `data`
 /// lists the versions it speaks (`supported`) and echoes the one asked for (`requested`),
 /// so a client can retry with one of them.
 pub fn unsupported_version(version: &str) -> RpcError {
-    let mut supported = vec![sep2663::PROTOCOL_VERSION];
-    supported.extend_from_slice(SUPPORTED_VERSIONS);
+    let supported = all_versions();
     RpcError::new(
         sep2663::UNSUPPORTED_PROTOCOL_VERSION,
         format!(

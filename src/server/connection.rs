@@ -321,7 +321,7 @@ impl Connection {
 
     fn discover(&self) -> Value {
         sep2663::with_cache_fields(json!({
-            "supportedVersions": [sep2663::PROTOCOL_VERSION, v2025::PROTOCOL_VERSION],
+            "supportedVersions": crate::protocol::meta::all_versions(),
             "capabilities": {
                 "tools": { "listChanged": false },
                 "extensions": sep2663::extension_capability(),

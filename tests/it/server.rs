@@ -1148,6 +1148,17 @@ fn discover_advertises_the_tasks_extension_and_not_the_legacy_capability() {
         .unwrap()
         .contains(&json!("2026-07-28")));
     assert!(result["ttlMs"].is_u64() && result["cacheScope"].is_string());
+    // The versions it supports are the same wherever it lists them: here, and in the
+    // -32022 a version it does not speak gets (each is "the versions this server
+    // supports", and it serves every one of them).
+    let refused = h.request(
+        "server/discover",
+        json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "1900-01-01"}}),
+    );
+    assert_eq!(
+        result["supportedVersions"], refused["error"]["data"]["supported"],
+        "{refused}"
+    );
     let tools = h.result("tools/list", json!({"_meta": meta(false)}));
     assert!(
         tools["tools"][0].get("execution").is_none(),
