@@ -1761,6 +1761,14 @@ fn check_rpc(body: &[u8], head: &Head, live: Option<&str>, reply: &Reply) -> Res
     let Ok(text) = std::str::from_utf8(body) else {
         return expect_error(reply, 400, &[-32700], IdRule::Null);
     };
+    if matches!(serde_json::from_str::<Value>(text), Ok(Value::Array(_))) {
+        // A batch needs its session, whose version decides (2025-03-26 and 2024-11-05
+        // have batches); the live session is on 2025-11-25, which refuses them.
+        return match head.field("Mcp-Session-Id") {
+            Some(s) if Some(s) != live => expect_error(reply, 404, &[-32600], IdRule::Null),
+            _ => expect_error(reply, 400, &[-32600], IdRule::Null),
+        };
+    }
     let (id, method, params) = match kind(text) {
         Kind::Malformed { parse_error, id } => {
             let codes: &[i64] = if parse_error {
