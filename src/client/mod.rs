@@ -107,6 +107,8 @@ struct Config {
     max_poll_interval: Duration,
     client_name: String,
     client_version: String,
+    /// Capabilities declared without a handler (see [`ClientBuilder::declare`]).
+    declared: Map<String, Value>,
 }
 
 /// Configures and connects a [`Client`].
@@ -137,6 +139,7 @@ impl Default for ClientBuilder {
                 max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
                 client_name: env!("CARGO_PKG_NAME").to_owned(),
                 client_version: env!("CARGO_PKG_VERSION").to_owned(),
+                declared: Map::new(),
             },
             handlers: Handlers::default(),
         }
@@ -218,6 +221,19 @@ impl ClientBuilder {
         handler: impl Fn(&InputRequest) -> Result<Value, RpcError> + Send + Sync + 'static,
     ) -> Self {
         self.handlers.elicitation = Some(Arc::new(handler) as Handler);
+        self
+    }
+
+    /// Declares client capability `name` (`elicitation`, `sampling`, `roots`, ...) with
+    /// `value` (its settings, `{}` for none) without registering a handler: for a client
+    /// that answers the server's input requests itself, by
+    /// [`update_task`](Client::update_task) (SEP-2663) or [`request`](Client::request).
+    /// A server may only ask for input its client declared: a SEP-2663 server refuses a
+    /// call whose tool would ask for undeclared input with -32021, and a 2025-11-25 tool
+    /// gets an error instead of asking. A handler registered for the same capability
+    /// declares it with its own settings.
+    pub fn declare(mut self, name: impl Into<String>, value: Value) -> Self {
+        self.config.declared.insert(name.into(), value);
         self
     }
 
@@ -480,7 +496,7 @@ impl Client {
     }
 
     fn capabilities(&self) -> Value {
-        let mut capabilities = Map::new();
+        let mut capabilities = self.inner.config.declared.clone();
         if self.inner.handlers.elicitation.is_some() {
             capabilities.insert("elicitation".into(), json!({ "form": {} }));
         }

@@ -28,6 +28,18 @@ pub fn supported_version(version: &str) -> bool {
     version == sep2663::PROTOCOL_VERSION || SUPPORTED_VERSIONS.contains(&version)
 }
 
+/// The client capability a server-to-client request of `method` needs (`elicitation` for
+/// `elicitation/create`, `sampling` for `sampling/createMessage`, `roots` for
+/// `roots/list`); `None` for one that needs none.
+pub fn capability_for(method: &str) -> Option<&'static str> {
+    match method {
+        "elicitation/create" => Some("elicitation"),
+        "sampling/createMessage" => Some("sampling"),
+        "roots/list" => Some("roots"),
+        _ => None,
+    }
+}
+
 /// Every protocol version this server speaks, newest first: 2026-07-28 (SEP-2663), then
 /// those `initialize` accepts. What `server/discover` lists as `supportedVersions` and an
 /// unsupported version's error as `supported`.
@@ -80,6 +92,10 @@ pub struct RequestMeta {
     pub protocol_version: Option<String>,
     /// Whether the client declared the tasks extension for this request.
     pub declares_tasks: bool,
+    /// The names of the client capabilities this request declares (`elicitation`,
+    /// `sampling`, `roots`, `extensions`, ...): what a server may ask of this client while
+    /// it serves the request.
+    pub capabilities: Vec<String>,
 }
 
 impl RequestMeta {
@@ -90,15 +106,25 @@ impl RequestMeta {
             .and_then(|m| m.get(PROTOCOL_VERSION_KEY))
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let declares_tasks = meta
-            .and_then(|m| m.get(CLIENT_CAPABILITIES_KEY))
+        let declared = meta.and_then(|m| m.get(CLIENT_CAPABILITIES_KEY));
+        let declares_tasks = declared
             .and_then(|c| c.get("extensions"))
             .and_then(|e| e.get(TASKS_EXTENSION))
             .is_some();
+        let capabilities = declared
+            .and_then(Value::as_object)
+            .map(|c| c.keys().cloned().collect())
+            .unwrap_or_default();
         RequestMeta {
             protocol_version,
             declares_tasks,
+            capabilities,
         }
+    }
+
+    /// Whether this request declares client capability `name`.
+    pub fn declares(&self, name: &str) -> bool {
+        self.capabilities.iter().any(|c| c == name)
     }
 
     /// The revision a request speaks: SEP-2663 when its `_meta` names protocol 2026-07-28,

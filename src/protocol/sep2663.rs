@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 
 use super::errors::rpc_error;
 use super::jsonrpc::{self, RpcError, INTERNAL_ERROR};
-use super::meta::{RequestMeta, TASKS_EXTENSION};
+use super::meta::{capability_for, RequestMeta, TASKS_EXTENSION};
 use super::params::{parse_task_id, task_id};
 use crate::model::{InputResponses, Outcome, SessionId, Task, TaskDetail, TaskStatus};
 use crate::{StoreError, TaskStore};
@@ -47,6 +47,33 @@ pub fn missing_capability(what: &str) -> RpcError {
         format!("{what} requires the client capability extensions[\"{TASKS_EXTENSION}\"]"),
     )
     .with_data(json!({ "requiredCapabilities": { "extensions": { TASKS_EXTENSION: {} } } }))
+}
+
+/// -32021 for input a request cannot be asked for: the server would need to send `method`
+/// (an `inputRequests` entry), and the request did not declare the client capability it
+/// takes, which 2026-07-28 forbids (a client could not answer it, and the call or task
+/// would wait for an answer that never comes).
+pub fn missing_input_capability(method: &str, capability: &str) -> RpcError {
+    RpcError::new(
+        MISSING_CAPABILITY,
+        format!(
+            "asking for input through {method} requires the client capability \
+             {capability}, which the request did not declare"
+        ),
+    )
+    .with_data(json!({ "requiredCapabilities": { capability: {} } }))
+}
+
+/// The -32021 for the first of `methods` (the methods of input requests) whose client
+/// capability `declares` says the request did not declare; `None` when it may ask them all.
+pub fn undeclared_input<'a>(
+    methods: impl IntoIterator<Item = &'a str>,
+    declares: impl Fn(&str) -> bool,
+) -> Option<RpcError> {
+    methods.into_iter().find_map(|method| {
+        let capability = capability_for(method)?;
+        (!declares(capability)).then(|| missing_input_capability(method, capability))
+    })
 }
 
 /// Adds `resultType` to a result object (every 2026-07-28 result carries one).

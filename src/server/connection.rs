@@ -19,6 +19,7 @@ use super::tools::{Preflight, TaskSupport, Tool};
 use super::ServerCore;
 use crate::model::{CreateTask, Origin, Outcome, SessionId, StoreEvent, Task, TaskId, TaskStatus};
 use crate::protocol::jsonrpc::{self, Message, Request, RequestId, RpcError, INTERNAL_ERROR};
+use crate::protocol::meta::capability_for;
 use crate::protocol::{rpc_error, sep2663, v2025, RequestMeta, Revision};
 use crate::store::{CancelToken, WaitStop};
 use crate::StoreError;
@@ -417,6 +418,12 @@ impl Connection {
         if revision == Revision::Sep2663 {
             let responses = call.input_responses.as_ref();
             if let Preflight::NeedInput(requests) = tool.preflight(&arguments, responses) {
+                let methods = requests
+                    .values()
+                    .filter_map(|request| request.get("method").and_then(Value::as_str));
+                if let Some(error) = sep2663::undeclared_input(methods, |c| meta.declares(c)) {
+                    return reply.send(Err(error));
+                }
                 return reply.send(Ok(json!({
                     "resultType": "input_required",
                     "inputRequests": requests,
@@ -430,6 +437,7 @@ impl Connection {
             revision,
             responses: call.input_responses,
             request: id,
+            declared: (revision == Revision::Sep2663).then(|| meta.capabilities.clone()),
         };
         match revision {
             // A client on a version without tasks declared none: `params.task` is ignored
@@ -747,6 +755,7 @@ impl Connection {
             peer,
         )
         .with_call_responses(run.responses.clone())
+        .with_declared(run.declared.clone())
         .with_places(self.core.pool.places())
     }
 
@@ -860,13 +869,8 @@ impl Connection {
     }
 
     fn client_supports(&self, method: &str) -> bool {
-        let capability = match method {
-            "elicitation/create" => "elicitation",
-            "sampling/createMessage" => "sampling",
-            "roots/list" => "roots",
-            _ => return true,
-        };
-        self.client_capabilities.lock().get(capability).is_some()
+        capability_for(method)
+            .is_none_or(|capability| self.client_capabilities.lock().get(capability).is_some())
     }
 }
 
@@ -1056,6 +1060,8 @@ struct Run {
     responses: Option<Value>,
     /// The `tools/call` request's id.
     request: RequestId,
+    /// The client capabilities a SEP-2663 call declared (`None` on 2025-11-25).
+    declared: Option<Vec<String>>,
 }
 
 fn run_tool(tool: &Tool, arguments: Value, context: &TaskContext) -> Result<Value, RpcError> {

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use super::pool::Places;
 use crate::model::{InputRequests, SessionId, TaskId, TaskStatus};
 use crate::protocol::jsonrpc::INTERNAL_ERROR;
-use crate::protocol::{v2025, Revision, RpcError};
+use crate::protocol::{sep2663, v2025, Revision, RpcError};
 use crate::store::CancelToken;
 use crate::{StoreError, TaskStore};
 
@@ -271,6 +271,9 @@ pub struct TaskContext {
     peer: Arc<dyn ClientPeer>,
     next_key: AtomicU64,
     call_responses: Option<Value>,
+    /// The client capabilities the SEP-2663 call declared (what it may be asked for);
+    /// `None` on 2025-11-25, where the connection's `initialize` declared them.
+    declared: Option<Vec<String>>,
     /// The worker pool's places, lent while the tool waits on its client.
     places: Option<Places>,
 }
@@ -301,6 +304,7 @@ impl TaskContext {
             peer,
             next_key: AtomicU64::new(1),
             call_responses: None,
+            declared: None,
             places: None,
         }
     }
@@ -323,6 +327,13 @@ impl TaskContext {
     /// Attaches the `inputResponses` the call carried (SEP-2663 multi-round-trip).
     pub(crate) fn with_call_responses(mut self, responses: Option<Value>) -> TaskContext {
         self.call_responses = responses;
+        self
+    }
+
+    /// Attaches the client capabilities a SEP-2663 call declared: input needing another
+    /// is refused (see [`request_input`](Self::request_input)).
+    pub(crate) fn with_declared(mut self, declared: Option<Vec<String>>) -> TaskContext {
+        self.declared = declared;
         self
     }
 
@@ -419,7 +430,20 @@ impl TaskContext {
     /// call stops waiting, with an error, once its client cancels it or its connection
     /// closes, and a task's once the task ends (on 2025-11-25 the request is then
     /// withdrawn with `notifications/cancelled`).
+    ///
+    /// Input the client cannot give is refused at once: a request whose method needs a
+    /// client capability (`elicitation`, `sampling`, `roots`) that the client did not
+    /// declare (at `initialize`, or on SEP-2663 in the call's own `_meta`, -32021) fails
+    /// with that error, and nothing is asked.
     pub fn request_input(&self, requests: Vec<(String, Value)>) -> Result<Vec<Value>, RpcError> {
+        if let Some(declared) = &self.declared {
+            let methods = requests.iter().map(|(method, _)| method.as_str());
+            if let Some(error) =
+                sep2663::undeclared_input(methods, |c| declared.iter().any(|d| d == c))
+            {
+                return Err(error);
+            }
+        }
         let bound = match self.binding.current() {
             Some(bound) => Some(bound),
             // A promotable call cannot wait for input inline: it becomes a task now (its

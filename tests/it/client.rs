@@ -359,8 +359,12 @@ fn client_manual_control_on_both_revisions() {
         )
     );
 
-    // SEP-2663: answer an input request by hand with tasks/update.
-    let client = connect(Target::Stdio(Revision::Sep2663), Client::builder());
+    // SEP-2663: answer an input request by hand with tasks/update (a client that does so
+    // declares the capability: a server may only ask for declared input).
+    let client = connect(
+        Target::Stdio(Revision::Sep2663),
+        Client::builder().declare("elicitation", json!({})),
+    );
     let created = client
         .call_tool_raw(&ToolCall::new(
             "confirm_delete",

@@ -496,8 +496,13 @@ impl Drop for Harness {
     }
 }
 
+/// A client that declares the extension and every capability a tool may ask input of.
 fn sep_meta() -> Value {
-    json!({ VERSION_KEY: SEP_VERSION, CAPS_KEY: {"extensions": { TASKS_EXT: {} }} })
+    json!({ VERSION_KEY: SEP_VERSION, CAPS_KEY: all_capabilities() })
+}
+
+fn all_capabilities() -> Value {
+    json!({"extensions": { TASKS_EXT: {} }, "elicitation": {}, "sampling": {}, "roots": {}})
 }
 
 // ----- what each message should get ------------------------------------------------------
@@ -599,7 +604,20 @@ fn check_request(
                 prop_assert_eq!(code, Some(-32021), "{}", answer);
             }
             if code == Some(-32021) {
-                prop_assert!(speaks_sep && !declares, "{}", answer);
+                // The tasks extension the request did not declare, or a capability a
+                // tool's input request needs (2026-07-28 forbids asking for undeclared
+                // input): named in `requiredCapabilities`, and missing from the request.
+                let required = error["data"]["requiredCapabilities"].as_object();
+                prop_assert!(speaks_sep && required.is_some(), "{}", answer);
+                let declared = meta.and_then(|m| m.get(CAPS_KEY));
+                for name in required.into_iter().flat_map(|r| r.keys()) {
+                    if name == "extensions" {
+                        prop_assert!(!declares, "{}", answer);
+                    } else {
+                        prop_assert_eq!(method, "tools/call", "{}", answer);
+                        prop_assert!(declared.and_then(|c| c.get(name)).is_none(), "{}", answer);
+                    }
+                }
             }
             if !unsupported && !served.contains(&method) {
                 prop_assert_eq!(code, Some(-32601), "{}", answer);
@@ -1122,7 +1140,8 @@ fn meta(rev: Rev) -> BoxedStrategy<Value> {
         2 => Just(None),
     ];
     let capabilities = prop_oneof![
-        4 => Just(Some(json!({ "extensions": { TASKS_EXT: {} } }))),
+        3 => Just(Some(all_capabilities())),
+        2 => Just(Some(json!({ "extensions": { TASKS_EXT: {} } }))),
         1 => Just(Some(json!({}))),
         1 => any_json().prop_map(|e| Some(json!({ "extensions": e }))),
         1 => any_json().prop_map(Some),

@@ -1095,9 +1095,12 @@ fn a_task_that_outlives_its_ttl_fails_and_its_tool_stops() {
 
 // ----- SEP-2663 (protocol 2026-07-28) --------------------------------------------------
 
+/// A SEP-2663 request's `_meta`; `declare`: the client declares the tasks extension (and
+/// the capabilities the tools ask input of, as a client with handlers for them does).
 fn meta(declare: bool) -> Value {
     let capabilities = if declare {
-        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}},
+               "elicitation": {}, "sampling": {}, "roots": {}})
     } else {
         json!({})
     };
@@ -1927,4 +1930,41 @@ fn batches_are_refused_on_versions_without_them() {
     assert!(h.send_text(&ping).is_array());
     h.result("initialize", json!({"protocolVersion": "2025-06-18"}));
     assert_eq!(h.send_text(&ping)["error"]["code"], -32600);
+}
+
+#[test]
+fn sep2663_input_the_call_did_not_declare_is_never_asked_for() {
+    // 2026-07-28: a server MUST NOT send an input request whose client capability the
+    // request did not declare; a client could not answer it, and the call or its task
+    // would wait for nothing.
+    let mut h = Harness::new();
+    let tasks_only = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities":
+            {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    // Multi round trip: the question is refused before it is asked, and no task is made.
+    let refused = h.request(
+        "tools/call",
+        json!({"name": "test_tool_with_task", "arguments": {}, "_meta": tasks_only}),
+    );
+    assert_eq!(refused["error"]["code"], -32021, "{refused}");
+    assert_eq!(
+        refused["error"]["data"]["requiredCapabilities"],
+        json!({"elicitation": {}})
+    );
+    // A task that asks: it fails with the same error instead of waiting, input_required,
+    // for an answer that cannot come.
+    let created = h.request(
+        "tools/call",
+        json!({"name": "multi_input", "arguments": {}, "_meta": tasks_only}),
+    );
+    let id = created["result"]["taskId"].as_str().unwrap().to_string();
+    let failed = h.poll_2026(&id, &["failed", "input_required", "completed"]);
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["error"]["code"], -32021, "{failed}");
+    assert!(failed.get("inputRequests").is_none(), "{failed}");
+    // Declared, the same calls ask.
+    let asked = h.call_2026("test_tool_with_task", json!({}), true);
+    assert_eq!(asked["result"]["resultType"], "input_required");
 }
