@@ -138,12 +138,12 @@ async function startHttpServer() {
 }
 
 /** Spawns the server under test and connects an SDK client to it. */
-async function startSession({ onElicit } = {}) {
-    let transport, stderr, child;
+async function startSession({ onElicit, http } = {}) {
+    let transport, stderr, child, url;
     if (TRANSPORT === 'http') {
         const started = await startHttpServer();
-        ({ child, stderr } = started);
-        transport = new StreamableHTTPClientTransport(started.url);
+        ({ child, stderr, url } = started);
+        transport = new StreamableHTTPClientTransport(url, http);
     } else {
         const [command, ...args] = SERVER_CMD;
         transport = new StdioClientTransport({
@@ -167,7 +167,7 @@ async function startSession({ onElicit } = {}) {
         await client.close();
         child?.kill();
     };
-    return { client, tasks: client.experimental.tasks, stderr, protocolErrors, close };
+    return { client, tasks: client.experimental.tasks, stderr, protocolErrors, close, transport, url };
 }
 
 /** Runs fn with a fresh server; always closes it; on failure prints the server's stderr. */
@@ -607,3 +607,83 @@ test('10. ask as a task: elicitation/create carries related-task _meta, client a
         }
     );
 });
+
+/** Reads an SSE body until its text includes `needle` (bounded); returns the text read. */
+async function readUntil(body, needle, timeoutMs, what) {
+    const reader = body.getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    const deadline = Date.now() + timeoutMs;
+    try {
+        while (!text.includes(needle)) {
+            const left = deadline - Date.now();
+            if (left <= 0) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; read: ${text}`);
+            let timer;
+            const timeout = new Promise((_, reject) => {
+                timer = setTimeout(() => reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}; read: ${text}`)), left);
+            });
+            const { value, done } = await Promise.race([reader.read(), timeout]).finally(() => clearTimeout(timer));
+            if (done) throw new Error(`the stream ended before ${what}; read: ${text}`);
+            text += decoder.decode(value, { stream: true });
+        }
+        return text;
+    } finally {
+        reader.releaseLock();
+    }
+}
+
+test(
+    '11. HTTP: a client whose GET event stream was cut resumes it with Last-Event-ID, and an elicitation sent meanwhile still arrives',
+    { timeout: TEST_TIMEOUT_MS, skip: TRANSPORT !== 'http' && 'the GET event stream exists over HTTP only' },
+    async t => {
+        // The client's GET stream is cut (here: a second GET for its session takes the stream
+        // over, as when a proxy or NAT drops a connection and the server writes into the dead
+        // one); the elicitation the server then sends goes out on that other stream. The
+        // client reopens its stream with the last event id it saw, and the server replays
+        // what followed: without that, the task would wait for an answer until its TTL.
+        const gets = [];
+        let clientStreamOpen;
+        const clientStreamOpened = new Promise(resolve => (clientStreamOpen = resolve));
+        const recordingFetch = async (url, init) => {
+            const response = await fetch(url, init);
+            if ((init?.method ?? 'GET') === 'GET') {
+                gets.push({ status: response.status, lastEventId: new Headers(init?.headers).get('last-event-id') });
+                if (response.ok) clientStreamOpen();
+            }
+            return response;
+        };
+        const elicitations = [];
+        const http = {
+            fetch: recordingFetch,
+            // Long enough that the elicitation goes out before the client reconnects.
+            reconnectionOptions: { initialReconnectionDelay: 3_000, maxReconnectionDelay: 5_000, reconnectionDelayGrowFactor: 1.5, maxRetries: 3 }
+        };
+        const onElicit = async request => {
+            elicitations.push(request.params);
+            return { action: 'accept', content: { answer: '42' } };
+        };
+        await withSession(t, { onElicit, http }, async s => {
+            await Promise.race([clientStreamOpened, delay(10_000).then(() => assert.fail('the client never opened its GET stream'))]);
+            const thief = await fetch(s.url, {
+                method: 'GET',
+                headers: { accept: 'text/event-stream', 'mcp-session-id': s.transport.sessionId, 'mcp-protocol-version': '2025-11-25' }
+            });
+            assert.equal(thief.status, 200, 'the second GET takes the session stream over');
+            try {
+                const created = await createToolTask(s.tasks, 'ask', { question: 'Resumed?' });
+                await readUntil(thief.body, 'elicitation/create', 10_000, 'the elicitation on the stream that took over');
+                assert.equal(elicitations.length, 0, 'the client reconnected before the elicitation went out: the test did not cut its stream in time');
+                const done = await waitTerminal(s.tasks, created.taskId);
+                assert.equal(done.status, 'completed', `task ended ${done.status}`);
+                const result = await s.tasks.getTaskResult(created.taskId, CallToolResultSchema, { timeout: REQUEST_TIMEOUT_MS });
+                assert.equal(textOf(result), 'answer: 42');
+                assert.equal(elicitations.length, 1, 'the replayed elicitation was answered once');
+                const resumed = gets.slice(1).filter(g => g.lastEventId);
+                assert.ok(resumed.length > 0, `the client reopened its stream with Last-Event-ID: ${JSON.stringify(gets)}`);
+                t.diagnostic(`GET streams the client opened: ${JSON.stringify(gets)}`);
+            } finally {
+                await thief.body?.cancel().catch(() => {});
+            }
+        });
+    }
+);
