@@ -30,6 +30,9 @@ pub(super) struct Replay(Mutex<Kept>);
 struct Kept {
     /// The id of the newest message (0: none yet).
     newest: u64,
+    /// The id of the newest message a stream took to write. Those after it were recorded
+    /// by a stream that found itself replaced before it wrote them: nobody has them yet.
+    taken: u64,
     /// The latest messages, oldest first, with consecutive ids ending at `newest`.
     messages: VecDeque<Arc<str>>,
     bytes: usize,
@@ -55,31 +58,36 @@ impl Replay {
     /// Where a stream that starts now begins, and the events it writes first: the kept
     /// messages after `last_seen` (the client's `Last-Event-ID`, when it is one of this
     /// session's), then the priming event at the newest position. Without a usable
-    /// `last_seen` (none, or beyond the newest: no id this session gave) nothing is
-    /// replayed.
+    /// `last_seen` (none, or beyond the newest: no id this session gave) only what no
+    /// stream took to write is: what a replaced stream recorded as it ended (the session's
+    /// queue gave it to that stream, and to no other).
     pub(super) fn start(&self, last_seen: Option<&str>) -> (Cursor, Vec<String>) {
-        let kept = self.0.lock();
+        let mut kept = self.0.lock();
         let last_seen = last_seen.and_then(|id| id.trim().parse::<u64>().ok());
-        let mut cursor = Cursor(kept.newest);
-        let mut events = Vec::new();
-        if let Some(last_seen) = last_seen.filter(|&id| id <= kept.newest) {
-            cursor = Cursor(last_seen);
-            events = kept.after(&mut cursor);
-        }
+        let from = last_seen
+            .filter(|&id| id <= kept.newest)
+            .unwrap_or(kept.taken);
+        let mut cursor = Cursor(from);
+        let mut events = kept.take(&mut cursor);
         events.push(format!("id: {}\ndata: \n\n", kept.newest));
         (cursor, events)
     }
 
-    /// The events for the messages kept after `cursor`, which moves past them. A stream
-    /// writes what it recorded itself this way, and also what a stream it replaced
-    /// recorded as it was ending (which the client never saw).
+    /// The events for the messages kept after `cursor` that no other stream took to
+    /// write; `cursor` moves past them. A stream writes what it recorded itself this way,
+    /// and also what a stream it replaced recorded as it was ending (which the client
+    /// never saw). A replaced stream that has not noticed yet gets nothing its successor
+    /// took: no message is written twice but to a client that resumes.
     pub(super) fn after(&self, cursor: &mut Cursor) -> Vec<String> {
-        self.0.lock().after(cursor)
+        let mut kept = self.0.lock();
+        cursor.0 = cursor.0.max(kept.taken);
+        kept.take(cursor)
     }
 }
 
 impl Kept {
-    fn after(&self, cursor: &mut Cursor) -> Vec<String> {
+    /// The events for the messages kept after `cursor`, which moves past them, all taken.
+    fn take(&mut self, cursor: &mut Cursor) -> Vec<String> {
         let oldest = self.newest + 1 - self.messages.len() as u64;
         if cursor.0 + 1 < oldest {
             log::warn!(
@@ -93,12 +101,12 @@ impl Kept {
             .map(|(id, message)| event(id, message))
             .collect();
         cursor.0 = self.newest;
+        self.taken = self.newest;
         events
     }
 }
 
-/// The id of the last message a stream wrote (or skipped, when it started without
-/// resuming).
+/// The id of the last message a stream wrote (or that another stream took to write).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Cursor(u64);
 
@@ -146,6 +154,31 @@ mod tests {
             replay.after(&mut late),
             ["id: 4\nevent: message\ndata: [4]\n\n"]
         );
+    }
+
+    #[test]
+    fn a_fresh_stream_gets_what_a_replaced_stream_recorded_but_never_wrote() {
+        let replay = Replay::default();
+        let (mut old, _) = replay.start(None);
+        replay.record("[1]");
+        assert_eq!(replay.after(&mut old).len(), 1, "the old stream writes [1]");
+        // The old stream takes [2] off the session's queue and records it, then finds
+        // itself replaced and writes nothing: a stream that starts without resuming (no
+        // `Last-Event-ID`) must still carry it, since no stream ever did.
+        replay.record("[2]");
+        let (mut new, events) = replay.start(None);
+        assert_eq!(
+            events,
+            ["id: 2\nevent: message\ndata: [2]\n\n", "id: 2\ndata: \n\n"]
+        );
+        // ...once: neither stream writes it again (the old one may not have seen yet
+        // that it was replaced).
+        assert!(replay.after(&mut old).is_empty(), "written twice");
+        assert!(replay.after(&mut new).is_empty(), "written twice");
+        // What a stream wrote is not written again to one that starts without resuming.
+        replay.record("[3]");
+        assert_eq!(replay.after(&mut new).len(), 1);
+        assert_eq!(resumed(&replay, None), ["id: 3\ndata: \n\n"]);
     }
 
     #[test]
