@@ -886,6 +886,9 @@ fn a_2025_03_26_session_takes_batches_and_answers_them_in_one_body() {
         &json!([{"jsonrpc": "2.0", "method": "notifications/initialized"}]),
     );
     assert_eq!((notified.status, notified.json()), (202, Value::Null));
+    // An empty batch is no request: 400, as for any message that is none.
+    let empty = post(addr, &in_session, &json!([]));
+    assert_eq!((empty.status, empty.code()), (400, -32600));
     // A batch needs its session; `initialize` never comes in one.
     let ping = json!([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]);
     assert_eq!(post(addr, &[], &ping).status, 400);

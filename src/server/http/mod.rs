@@ -757,7 +757,8 @@ fn check_routing_headers(
 /// A JSON-RPC batch: only a session whose `initialize` settled on a protocol version with
 /// batches (2025-03-26, 2024-11-05) takes one (`initialize` itself never comes in one).
 /// Its answers come back together as one JSON array; a batch with nothing to answer
-/// (notifications and responses only) gets 202, as a lone notification does.
+/// (notifications and responses only) gets 202, as a lone notification does; `[]` and
+/// one longer than [`MAX_BATCH_LEN`](crate::server::MAX_BATCH_LEN) get 400 with -32600.
 fn post_batch(state: &Arc<State>, head: &Head, responder: Responder, items: Vec<Value>) {
     let (session, activity) = match find_session(state, head) {
         Ok(found) => found,
@@ -771,10 +772,12 @@ fn post_batch(state: &Arc<State>, head: &Head, responder: Responder, items: Vec<
         items,
         Box::new(move |answers| {
             drop(activity);
-            let answer = if answers.is_null() {
-                Answer::empty(202)
-            } else {
-                Answer::json(200, answers)
+            let answer = match answers {
+                Value::Null => Answer::empty(202),
+                answers @ Value::Array(_) => Answer::json(200, answers),
+                // One error for the whole batch (`[]`, too many messages): refused, as a
+                // single message that is no request is.
+                error => Answer::json(400, error),
             };
             respond(responder, answer)
         }),
