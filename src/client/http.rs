@@ -395,6 +395,20 @@ fn header_safe(value: &str) -> bool {
     !value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f)
 }
 
+/// `session`, the `Mcp-Session-Id` a server handed out, if the client can send it back:
+/// one with a control character could not go into a header, so every later request of
+/// the session would fail (and the `GET` stream be tried again for ever). It is refused
+/// where it comes, with an error that names it.
+fn checked_session(session: &str) -> Result<&str, ClientError> {
+    if header_safe(session) {
+        return Ok(session);
+    }
+    Err(ClientError::Protocol(format!(
+        "the server's Mcp-Session-Id {session:?} holds a control character, which no \
+         header can carry back"
+    )))
+}
+
 /// Longest `Mcp-Name` value sent; SEP-2243 has a longer one left out.
 const MAX_NAME_HEADER: usize = 8192;
 
@@ -990,8 +1004,12 @@ impl Inner {
     }
 
     /// The version to send in `MCP-Protocol-Version`: the negotiated one, as the
-    /// transport rules ask, or ours before `initialize` was answered.
+    /// transport rules ask, or ours before `initialize` was answered (2025-11-25);
+    /// 2026-07-28 under SEP-2663, which negotiates nothing.
     fn version(&self) -> String {
+        if self.revision == Revision::Sep2663 {
+            return sep2663::PROTOCOL_VERSION.to_owned();
+        }
         self.negotiated
             .lock()
             .clone()
@@ -1099,10 +1117,15 @@ impl Inner {
         response.session = headers
             .into_iter()
             .find_map(|(name, value)| (name == "Mcp-Session-Id").then_some(value));
-        if let Some(session) = response.header("Mcp-Session-Id") {
+        // Only 2025-11-25 has sessions: 2026-07-28 is stateless, and a session id its
+        // server hands out anyway is never sent back, nor ended with a DELETE.
+        let offered = response
+            .header("Mcp-Session-Id")
+            .filter(|_| self.revision == Revision::V2025);
+        if let Some(session) = offered {
             let mut current = self.session.lock();
             if current.is_none() {
-                *current = Some(session.to_owned());
+                *current = Some(checked_session(session)?.to_owned());
             }
         }
         Ok(response)
@@ -1186,11 +1209,12 @@ impl Inner {
         if let Err(error) = answer.outcome {
             return Err(ClientError::Rpc(error));
         }
-        let Some(session) = session.filter(|s| header_safe(s)) else {
+        let Some(session) = session else {
             return Err(ClientError::Protocol(
                 "the server answered a new initialize without a session".into(),
             ));
         };
+        checked_session(&session)?;
         *self.session.lock() = Some(session.clone());
         self.shared.new_session(&session);
         let initialized = jsonrpc::notification("notifications/initialized", serde_json::json!({}));
@@ -3107,6 +3131,71 @@ mod tests {
         );
         assert_eq!(call.header("Mcp-Method"), Some("tools/call"));
         assert_eq!(seen.len(), 2, "the refused request never went out");
+    }
+
+    #[test]
+    fn a_session_id_with_a_control_character_is_refused_at_initialize() {
+        let server = fake_server(|request| match request.rpc_method() {
+            Some("initialize") => Some(initialized(request, "s1\u{1}x")),
+            _ => session_basics(request),
+        });
+        let connected = within(Duration::from_secs(5), {
+            let url = server.url.clone();
+            move || Client::builder().connect_http(&url).map(drop)
+        })
+        .expect("connect_http never returned");
+        match connected {
+            Err(ClientError::Protocol(what)) => {
+                assert!(what.contains("Mcp-Session-Id"), "{what}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // Nothing more went out in that session: no initialized, no GET stream.
+        let seen: Vec<Seen> = server.seen.try_iter().collect();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+    }
+
+    #[test]
+    fn a_sep2663_client_keeps_no_session_and_deletes_none() {
+        // A server that hands out a session id anyway: 2026-07-28 is stateless, so the
+        // client neither sends it back nor ends it with a DELETE (which it would send
+        // under 2025-11-25's version).
+        let server = fake_server(|request| {
+            let id = &request.body["id"];
+            let result = match request.rpc_method() {
+                Some("server/discover") => {
+                    json!({"supportedVersions": [sep2663::PROTOCOL_VERSION], "capabilities": {}})
+                }
+                _ => json!({}),
+            };
+            match request.method() {
+                "DELETE" => Some(empty_reply("200 OK")),
+                _ => Some(json_reply(
+                    "200 OK",
+                    &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                    "Mcp-Session-Id: s1\r\n",
+                )),
+            }
+        });
+        let client = Client::builder()
+            .revision(Revision::Sep2663)
+            .connect_http(&server.url)
+            .unwrap();
+        client.request("ping", json!({})).unwrap();
+        // Dropping the client sends its DELETE, if any, and waits for the answer's head:
+        // the server has seen it by then.
+        drop(client);
+        let seen: Vec<Seen> = server.seen.try_iter().collect();
+        for request in &seen {
+            assert_ne!(request.method(), "DELETE", "{}", request.head);
+            assert_eq!(request.header("Mcp-Session-Id"), None, "{}", request.head);
+            assert_eq!(
+                request.header("MCP-Protocol-Version"),
+                Some(sep2663::PROTOCOL_VERSION),
+                "{}",
+                request.head
+            );
+        }
     }
 
     #[test]
