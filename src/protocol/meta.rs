@@ -88,7 +88,8 @@ impl Revision {
 /// The per-request declarations of a request's `params._meta`.
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct RequestMeta {
-    /// `io.modelcontextprotocol/protocolVersion`, if present.
+    /// `io.modelcontextprotocol/protocolVersion`, if present (and not null); a value that
+    /// is no string is kept as its JSON text (`5`, `{}`), which is no supported version.
     pub protocol_version: Option<String>,
     /// Whether the client declared the tasks extension for this request.
     pub declares_tasks: bool,
@@ -102,10 +103,16 @@ impl RequestMeta {
     /// Reads the declarations from a request's params.
     pub fn of(params: Option<&Value>) -> RequestMeta {
         let meta = params.and_then(|p| p.get("_meta"));
+        // A version that is no string names none this server speaks: kept as its JSON
+        // text, it is refused (-32022) wherever a version is checked, rather than served
+        // as if absent. A null one is absent, as a null `params` is.
         let protocol_version = meta
             .and_then(|m| m.get(PROTOCOL_VERSION_KEY))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+            .and_then(|version| match version {
+                Value::Null => None,
+                Value::String(version) => Some(version.clone()),
+                other => Some(other.to_string()),
+            });
         let declared = meta.and_then(|m| m.get(CLIENT_CAPABILITIES_KEY));
         let declares_tasks = declared
             .and_then(|c| c.get("extensions"))

@@ -555,10 +555,14 @@ fn check_request(
     prop_assert_eq!(&answer["jsonrpc"], "2.0", "{}", answer);
     prop_assert_eq!(&answer["id"], id, "{}", answer);
     let meta = params.and_then(|p| p.get("_meta"));
-    let version = meta
-        .and_then(|m| m.get(VERSION_KEY))
-        .and_then(Value::as_str);
-    let unsupported = version.is_some_and(|v| !SUPPORTED.contains(&v));
+    let named = meta.and_then(|m| m.get(VERSION_KEY));
+    let version = named.and_then(Value::as_str);
+    // A version that is no string (null aside, which is absent) is none the server speaks.
+    let unsupported = match named {
+        None | Some(Value::Null) => false,
+        Some(Value::String(v)) => !SUPPORTED.contains(&v.as_str()),
+        Some(_) => true,
+    };
     let speaks_sep = !unsupported && (method == "server/discover" || version == Some(SEP_VERSION));
     let declares = meta
         .and_then(|m| m.get(CAPS_KEY))

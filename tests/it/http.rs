@@ -562,6 +562,12 @@ fn an_unsupported_protocol_version_header_gets_400() {
     );
     // 2026-07-28's UnsupportedProtocolVersionError; the legacy revisions ask only for 400.
     assert_eq!((bad.status, bad.code()), (400, -32022), "{}", bad.json());
+    // The same for a body whose `_meta` names a version that is no string: not served as
+    // if it named none.
+    let ping_5 = json!({"jsonrpc": "2.0", "id": 3, "method": "ping",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": 5}}});
+    let bad = post(addr, &[("Mcp-Session-Id", &session)], &ping_5);
+    assert_eq!((bad.status, bad.code()), (400, -32022), "{}", bad.json());
     let bad_get = send(
         addr,
         "GET",

@@ -1319,6 +1319,8 @@ fn bodies() -> Vec<Value> {
         json!({"jsonrpc": "2.0", "id": 10, "method": "no/such/method"}),
         json!({"jsonrpc": "2.0", "id": 11, "method": "ping",
             "params": {"_meta": {VERSION_KEY: "1999-01-01"}}}),
+        json!({"jsonrpc": "2.0", "id": 14, "method": "ping",
+            "params": {"_meta": {VERSION_KEY: 5}}}),
         json!({"jsonrpc": "2.0", "id": 12, "method": "ping", "params": [1]}),
         json!({"jsonrpc": "2.0", "id": null, "method": "ping"}),
         json!({"jsonrpc": "1.0", "id": 13, "method": "ping"}),
@@ -1796,13 +1798,19 @@ fn check_rpc(body: &[u8], head: &Head, live: Option<&str>, reply: &Reply) -> Res
         }
     };
     let method = method.as_deref();
-    let version = params
+    let named = params
         .as_ref()
         .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get(VERSION_KEY))
-        .and_then(Value::as_str);
+        .and_then(|m| m.get(VERSION_KEY));
+    let version = named.and_then(Value::as_str);
     let id_rule = id.as_ref().map_or(IdRule::Null, IdRule::Is);
-    if version.is_some_and(|v| !SUPPORTED.contains(&v)) {
+    // A version that is no string (null aside, which is absent) is none the server speaks.
+    let unsupported = match named {
+        None | Some(Value::Null) => false,
+        Some(Value::String(v)) => !SUPPORTED.contains(&v.as_str()),
+        Some(_) => true,
+    };
+    if unsupported {
         return expect_error(reply, 400, &[-32022], id_rule);
     }
     let header_version = head.field("MCP-Protocol-Version");

@@ -1715,6 +1715,32 @@ fn a_request_naming_a_protocol_version_the_server_does_not_speak_is_refused() {
 }
 
 #[test]
+fn a_protocol_version_that_is_no_string_is_refused_not_taken_for_absent() {
+    // `_meta["io.modelcontextprotocol/protocolVersion"]` is a string: anything else names
+    // no version the server speaks, and gets -32022 with the value it read (as JSON) as
+    // `requested`, rather than being served as if it were absent (2025-11-25).
+    let mut h = Harness::new();
+    for (version, requested) in [
+        (json!(5), "5"),
+        (json!(true), "true"),
+        (json!({}), "{}"),
+        (json!(["2026-07-28"]), "[\"2026-07-28\"]"),
+    ] {
+        let params = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": version}});
+        let response = h.request("tools/list", params);
+        let error = &response["error"];
+        assert_eq!(error["code"], -32022, "{version}: {response}");
+        assert_eq!(error["data"]["requested"], requested, "{response}");
+    }
+    // A null one is taken for absent, as a null `params` is.
+    let served = h.result(
+        "tools/list",
+        json!({"_meta": {"io.modelcontextprotocol/protocolVersion": null}}),
+    );
+    assert!(served["tools"].is_array(), "{served}");
+}
+
+#[test]
 fn work_a_closed_connection_starts_is_cancelled_at_once() {
     // A call can reach the connection after its transport closed it (an HTTP DELETE that
     // overtakes a request under way): nobody could cancel what it starts later.

@@ -105,12 +105,17 @@ fn dispatch_tasks_refuses_a_protocol_version_it_does_not_speak() {
     use mcp_task_store::Store;
     let store = Store::builder().build().unwrap();
     let handle = store.handle();
-    for version in ["1900-01-01", "abc"] {
+    for (version, requested) in [
+        (json!("1900-01-01"), "1900-01-01"),
+        (json!("abc"), "abc"),
+        // No string names no version at all: not taken for an absent one.
+        (json!(20261128), "20261128"),
+    ] {
         let request = json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/list",
             "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": version}}});
         let answer = dispatch_tasks(&handle, None, &request.to_string()).expect("an answer");
         assert_eq!(answer["error"]["code"], -32022, "{version}: {answer}");
-        assert_eq!(answer["error"]["data"]["requested"], version, "{answer}");
+        assert_eq!(answer["error"]["data"]["requested"], requested, "{answer}");
         let supported = answer["error"]["data"]["supported"].as_array().unwrap();
         assert!(supported.contains(&json!("2026-07-28")), "{answer}");
     }
