@@ -711,7 +711,10 @@ impl<R: BufRead> Read for Chunked<R> {
                 return Ok(0);
             }
         }
-        let want = buf.len().min(self.left as usize);
+        // A chunk may be larger than `usize` on a 32-bit target (4 GiB and more): cut
+        // to 32 bits, its size could come out as 0 (a read of nothing, taken for the
+        // connection's end) or a few bytes.
+        let want = usize::try_from(self.left).map_or(buf.len(), |left| buf.len().min(left));
         let read = self.inner.read(&mut buf[..want])?;
         if read == 0 {
             return Err(io::Error::new(
@@ -2150,6 +2153,21 @@ mod tests {
         assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof, "{error}");
         let error = unchunked(b"3\r\nabc\r").unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof, "{error}");
+    }
+
+    #[test]
+    fn a_chunk_of_4_gib_or_more_is_read_on_32_bit_targets_too() {
+        // Sizes of 2^32 and more: cut to 32 bits (`as usize`), the first would ask the
+        // connection for 0 bytes (and pass for its end), the second for 5 bytes only.
+        for size in ["100000000", "100000005", "ffffffffffffffff"] {
+            let raw = format!("{size}\r\nabcdefgh");
+            let mut body = Chunked::new(raw.as_bytes());
+            let mut buf = [0u8; 8];
+            assert_eq!(body.read(&mut buf).unwrap(), 8, "size {size}");
+            assert_eq!(&buf, b"abcdefgh");
+            let error = body.read(&mut buf).unwrap_err();
+            assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof, "{error}");
+        }
     }
 
     #[test]
