@@ -564,7 +564,13 @@ impl Client {
             return params;
         }
         let mut capabilities = self.capabilities();
-        capabilities["extensions"] = json!({ TASKS_EXTENSION: {} });
+        // Beside the extensions the builder declared, if any (a declared `extensions`
+        // that is no object cannot hold the tasks extension: it is replaced).
+        let extensions = &mut capabilities["extensions"];
+        if !extensions.is_object() {
+            *extensions = json!({});
+        }
+        extensions[TASKS_EXTENSION] = json!({});
         if let Value::Object(object) = &mut params {
             let meta = object.entry("_meta").or_insert_with(|| json!({}));
             if let Value::Object(meta) = meta {

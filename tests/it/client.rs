@@ -675,3 +675,43 @@ fn a_tool_whose_name_needs_encoding_in_a_header_is_called_over_http() {
         assert_eq!(text(&result), "sunny", "{revision:?}");
     }
 }
+
+#[test]
+fn declared_extensions_go_along_with_the_tasks_extension_on_sep2663() {
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    // Answers the handshake and one ping, and returns what it read.
+    let server = std::thread::spawn(move || {
+        let mut writer = theirs.try_clone().unwrap();
+        let mut lines = BufReader::new(theirs).lines();
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let request: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+            let result = match request["method"].as_str() {
+                Some("server/discover") => json!({
+                    "supportedVersions": ["2026-07-28"],
+                    "capabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+                }),
+                _ => json!({}),
+            };
+            let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": result});
+            writeln!(writer, "{answer}").unwrap();
+            seen.push(request);
+        }
+        seen
+    });
+    let client = Client::builder()
+        .revision(Revision::Sep2663)
+        .declare("extensions", json!({"example.com/other": {"level": 2}}))
+        .connect_streams(ours.try_clone().unwrap(), ours)
+        .unwrap();
+    client.request("ping", json!({})).unwrap();
+    let seen = server.join().unwrap();
+    for request in &seen {
+        let declared = &request["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"];
+        assert_eq!(
+            declared["extensions"],
+            json!({"example.com/other": {"level": 2}, "io.modelcontextprotocol/tasks": {}}),
+            "{request}"
+        );
+    }
+}
