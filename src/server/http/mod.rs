@@ -187,6 +187,8 @@ struct Session {
     streams_asked: AtomicU64,
     /// The latest messages its streams carried, for a client that resumes one.
     replay: Replay,
+    /// Wakes the current stream when a replaced one recorded a message it did not write.
+    handover: (Sender<()>, Receiver<()>),
     ended: Closer,
     /// Requests in progress and open event streams (each holds an [`Activity`]).
     active: AtomicUsize,
@@ -835,6 +837,7 @@ fn open_session(state: &Arc<State>, responder: Responder, message: Message) {
         stream: Mutex::new(None),
         streams_asked: AtomicU64::new(0),
         replay: Replay::default(),
+        handover: crossbeam_channel::bounded(1),
         ended: Closer::new(),
         active: AtomicUsize::new(0),
         begun: AtomicU64::new(0),
@@ -1061,13 +1064,16 @@ fn stream_events(
             recv(session.ended.closed()) -> _ => break,
             recv(state.stopping.closed()) -> _ => break,
             recv(this_stream.closed()) -> _ => break,
+            recv(session.handover.1) -> _ => {}
             // A comment keeps proxies from timing the stream out and finds dead clients.
             default(Duration::from_secs(15)) => stream.send(b": keep-alive\n\n")?,
         }
         // What this stream just recorded, and anything a stream it replaced recorded as
-        // it ended (at the latest with the next keep-alive). A stream replaced meanwhile
-        // leaves it to its successor.
+        // it ended. A stream replaced meanwhile leaves it to its successor, and wakes it
+        // (through whichever other replaced streams are still ending, each passing the
+        // word on) rather than let it wait for its next message or keep-alive.
         if this_stream.is_closed() {
+            let _ = session.handover.0.try_send(());
             break;
         }
         for event in session.replay.after(&mut cursor) {
