@@ -1157,3 +1157,91 @@ fn at_the_session_limit_initialize_gets_503_when_every_session_is_busy() {
         TaskStatus::Working
     );
 }
+
+#[test]
+fn a_page_of_an_allowed_origin_may_use_the_endpoint_through_cors() {
+    let http = demo_http_server(HttpOptions {
+        allowed_origins: vec!["https://app.example".into()],
+        ..options()
+    })
+    .0;
+    let addr = http.local_addr();
+    for origin in ["http://localhost:5173", "https://app.example"] {
+        // The browser's preflight for a POST with the MCP header fields.
+        let preflight = send(
+            addr,
+            "OPTIONS",
+            &[
+                ("Origin", origin),
+                ("Access-Control-Request-Method", "POST"),
+                (
+                    "Access-Control-Request-Headers",
+                    "content-type, mcp-session-id, mcp-protocol-version",
+                ),
+            ],
+            b"",
+        );
+        assert_eq!(preflight.status, 204, "{preflight:?}");
+        assert_eq!(
+            preflight.header("Access-Control-Allow-Origin"),
+            Some(origin)
+        );
+        let methods = preflight
+            .header("Access-Control-Allow-Methods")
+            .unwrap_or("");
+        assert!(
+            methods.contains("POST") && methods.contains("DELETE"),
+            "{preflight:?}"
+        );
+        let allowed = preflight
+            .header("Access-Control-Allow-Headers")
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        for field in [
+            "content-type",
+            "mcp-session-id",
+            "mcp-protocol-version",
+            "last-event-id",
+        ] {
+            assert!(allowed.contains(field), "{field}: {preflight:?}");
+        }
+        assert_eq!(
+            preflight.header("Content-Length"),
+            None,
+            "a 204 has no length"
+        );
+        // The POST itself: the page may read the answer and the session id.
+        let init = post(
+            addr,
+            &[("Origin", origin)],
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocolVersion": "2025-11-25", "capabilities": {}}}),
+        );
+        assert_eq!(init.status, 200);
+        assert_eq!(init.header("Access-Control-Allow-Origin"), Some(origin));
+        assert!(init
+            .header("Access-Control-Expose-Headers")
+            .is_some_and(|e| e.contains("Mcp-Session-Id")));
+        // Its errors too (a browser hides an answer without the field from the page).
+        let error = post(
+            addr,
+            &[("Origin", origin)],
+            &json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}),
+        );
+        assert_eq!(error.status, 400);
+        assert_eq!(error.header("Access-Control-Allow-Origin"), Some(origin));
+    }
+    // Another origin gets 403 and no CORS field, preflight or not.
+    for method in ["OPTIONS", "POST"] {
+        let refused = send(addr, method, &[("Origin", "https://evil.example")], b"{}");
+        assert_eq!(refused.status, 403, "{method}");
+        assert_eq!(refused.header("Access-Control-Allow-Origin"), None);
+    }
+    // A client that is no browser sends no Origin and gets no CORS field; OPTIONS says
+    // which methods the endpoint serves.
+    let options = send(addr, "OPTIONS", &[], b"");
+    assert_eq!(options.status, 204);
+    assert!(options.header("Allow").is_some_and(|a| a.contains("POST")));
+    assert_eq!(options.header("Access-Control-Allow-Origin"), None);
+    ping_works(addr);
+}

@@ -800,7 +800,7 @@ fn conversation(raw: &[u8]) -> Conversation {
 
 /// Statuses the transport sends to these tests for a request read whole: no 500 (a request
 /// dropped unanswered), no 503 (too many sessions or connections, or stopping).
-const SERVED: &[u16] = &[200, 202, 400, 403, 404, 405, 406, 415];
+const SERVED: &[u16] = &[200, 202, 204, 400, 403, 404, 405, 406, 415];
 /// Statuses of its refusals (408 needs a client slower than these tests).
 const REFUSALS: &[u16] = &[400, 413, 417, 431, 501, 505];
 
@@ -815,6 +815,9 @@ fn check_reply(reply: &Reply, bodiless: bool) -> Result<(), String> {
     }
     if reply.interim.iter().any(|&s| s != 100) {
         return fail("unexpected interim response");
+    }
+    if reply.status == 204 && reply.header("Content-Length").is_some() {
+        return fail("a 204 with a Content-Length (RFC 9110 §8.6)");
     }
     if bodiless {
         if reply.header("Content-Length").is_none() {
@@ -1554,6 +1557,8 @@ enum Want {
     Stream,
     /// `DELETE /mcp` on the live session: 200, no body; the session ends.
     Deleted,
+    /// `OPTIONS /mcp`: 204, no body, `Allow` naming the methods.
+    Options,
     /// The JSON-RPC layer answers this body.
     Rpc(Vec<u8>),
 }
@@ -1631,6 +1636,8 @@ fn expected(step: &Step, live: Option<&str>) -> Want {
                 Some(_) => Want::Deleted,
             }
         }
+        // The methods served (and, for a browser's preflight, CORS fields).
+        "OPTIONS" => return Want::Options,
         _ => return Want::Error(405, -32600),
     }
     // POST: the media type, parameters aside, then the body.
@@ -1896,6 +1903,13 @@ fn check_answer(
         (Want::Stream, _) if last && *end == End::Stream && reply.status == 200 => Ok(false),
         (Want::Stream, _) => Err(format!("wanted an event stream, got {reply:?}")),
         (Want::Deleted, _) => expect_empty(reply, 200).map(|()| true),
+        (Want::Options, _) => {
+            expect_empty(reply, 204)?;
+            match reply.header("Allow") {
+                Some(allow) if allow.contains("POST") && allow.contains("OPTIONS") => Ok(false),
+                _ => Err(format!("an OPTIONS answer without Allow: {reply:?}")),
+            }
+        }
         (Want::Rpc(body), Some(head)) => check_rpc(body, head, live, reply).map(|()| false),
         (Want::Rpc(_), None) => unreachable!("a request served without a head"),
     }

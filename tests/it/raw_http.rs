@@ -95,9 +95,13 @@ pub(crate) fn read_head(conn: &mut impl BufRead) -> Reply {
 }
 
 /// Reads one response: its head, then the body its `Content-Length` frames, or everything
-/// up to the end of the stream when it has none (an answer that closes the connection).
+/// up to the end of the stream when it has none (an answer that closes the connection);
+/// a 204 has none.
 pub(crate) fn read_reply(conn: &mut impl BufRead) -> Reply {
     let mut reply = read_head(conn);
+    if reply.status == 204 {
+        return reply; // no body, and no length to say so (RFC 9110 §8.6)
+    }
     match reply.header("Content-Length") {
         Some(length) => {
             let length: usize = length

@@ -483,32 +483,65 @@ fn cancel_live_tasks(store: &dyn TaskStore, session: &SessionId) {
     }
 }
 
+/// The methods `/mcp` serves.
+const METHODS: &str = "POST, GET, DELETE, OPTIONS";
+/// The request header fields a page of an allowed origin may send (CORS).
+const CORS_ALLOWED_HEADERS: &str = "Content-Type, Accept, Authorization, Mcp-Session-Id, \
+     MCP-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name";
+/// The answer header fields such a page may read.
+const CORS_EXPOSED_HEADERS: &str = "Mcp-Session-Id, MCP-Protocol-Version";
+
 fn handle(state: &Arc<State>, request: Request) {
     let Request {
         head,
         body,
-        responder,
+        mut responder,
     } = request;
     let path = path_of(&head.target);
+    let origin = head.field("Origin");
     // A declared body past the limit was refused with 413 before it was read (`conn`).
     let answer = if path != "/mcp" {
         Answer::error(404, RpcError::invalid_request("the MCP endpoint is /mcp"))
-    } else if !origin_allowed(head.field("Origin"), &state.options.allowed_origins) {
+    } else if !origin_allowed(origin, &state.options.allowed_origins) {
         Answer::error(403, RpcError::invalid_request("origin not allowed"))
-    } else if let Some(version) = head
-        .field("MCP-Protocol-Version")
-        .filter(|v| !supported_version(v))
-    {
-        Answer::error(400, unsupported_version(version))
     } else {
-        match head.method.as_str() {
-            "POST" => return post(state, &head, body, responder),
-            "GET" => return get(state, &head, responder),
-            "DELETE" => delete(state, &head),
-            _ => Answer::not_allowed("POST, GET, DELETE", "use POST, GET or DELETE"),
+        if let Some(origin) = origin {
+            // CORS: a page of an allowed origin (loopback, or configured) may read what it
+            // gets, the session id included; other origins got 403 above.
+            responder.always_send("Access-Control-Allow-Origin", origin.to_owned());
+            responder.always_send("Access-Control-Expose-Headers", CORS_EXPOSED_HEADERS.into());
+            responder.always_send("Vary", "Origin".into());
+        }
+        if let Some(version) = head
+            .field("MCP-Protocol-Version")
+            .filter(|v| !supported_version(v))
+        {
+            Answer::error(400, unsupported_version(version))
+        } else {
+            match head.method.as_str() {
+                "POST" => return post(state, &head, body, responder),
+                "GET" => return get(state, &head, responder),
+                "DELETE" => delete(state, &head),
+                "OPTIONS" => preflight(origin.is_some(), &mut responder),
+                _ => Answer::not_allowed(METHODS, "use POST, GET or DELETE"),
+            }
         }
     };
     respond(responder, answer);
+}
+
+/// `OPTIONS /mcp`: the methods served, and for a browser's CORS preflight (it names an
+/// allowed `Origin`) the methods and header fields its page may use, for ten minutes.
+fn preflight(cors: bool, responder: &mut Responder) -> Answer {
+    if cors {
+        responder.always_send("Access-Control-Allow-Methods", "POST, GET, DELETE".into());
+        responder.always_send("Access-Control-Allow-Headers", CORS_ALLOWED_HEADERS.into());
+        responder.always_send("Access-Control-Max-Age", "600".into());
+    }
+    Answer {
+        allow: Some(METHODS),
+        ..Answer::empty(204)
+    }
 }
 
 fn respond(responder: Responder, answer: Answer) {

@@ -360,6 +360,8 @@ pub(super) struct Responder {
     seq: u64,
     how: Answering,
     answered: bool,
+    /// Header fields every answer to this request carries, whatever it is (CORS).
+    always: Vec<(&'static str, String)>,
 }
 
 impl Responder {
@@ -375,12 +377,30 @@ impl Responder {
             seq,
             how,
             answered: false,
+            always: Vec::new(),
         }
+    }
+
+    /// Adds a header field to whatever answer this request gets (an error, a stream, the
+    /// 500 of a request dropped unanswered).
+    pub(super) fn always_send(&mut self, name: &'static str, value: String) {
+        self.always.push((name, value));
+    }
+
+    /// `fields` and the fields every answer carries.
+    fn with_always<'a>(&'a self, fields: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut all = fields.to_vec();
+        all.extend(
+            self.always
+                .iter()
+                .map(|(name, value)| (*name, value.as_str())),
+        );
+        all
     }
 
     fn send_now(&mut self, status: u16, fields: &[(&str, &str)], body: &[u8], close: bool) {
         self.answered = true;
-        let mut fields = fields.to_vec();
+        let mut fields = self.with_always(fields);
         if self.how.http10 && !close {
             fields.push(("Connection", "keep-alive"));
         }
@@ -415,7 +435,7 @@ impl Responder {
         self.answered = true;
         // HTTP/1.0 knows no chunks: its stream is delimited by the connection's end.
         let chunked = !self.how.http10;
-        let mut fields = fields.to_vec();
+        let mut fields = self.with_always(fields);
         if !chunked || self.how.close {
             fields.push(("Connection", "close"));
         }

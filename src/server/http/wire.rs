@@ -549,6 +549,7 @@ fn reason(status: u16) -> &'static str {
         100 => "Continue",
         200 => "OK",
         202 => "Accepted",
+        204 => "No Content",
         400 => "Bad Request",
         403 => "Forbidden",
         404 => "Not Found",
@@ -581,7 +582,10 @@ pub(super) fn response(
     for (name, value) in fields {
         out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
     }
-    out.extend_from_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
+    // A 204 has no body, and says nothing of its length (RFC 9110 §8.6).
+    if status != 204 {
+        out.extend_from_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
+    }
     if close {
         out.extend_from_slice(b"Connection: close\r\n");
     }
