@@ -110,7 +110,10 @@ pub struct HttpOptions {
     /// request for this long is ended as if the client had sent `DELETE` (its live tasks
     /// are cancelled). Default 30 minutes.
     pub session_idle_timeout: Duration,
-    /// Browser origins allowed besides loopback ones (`http://localhost:*` and so on).
+    /// Browser origins allowed besides loopback ones (`http://localhost:*` and so on),
+    /// exactly as a browser sends them in `Origin` (`https://app.example`). A page of an
+    /// allowed origin gets CORS: its preflight `OPTIONS` is answered, and it may read the
+    /// answers and `Mcp-Session-Id`. A request from any other origin gets 403.
     pub allowed_origins: Vec<String>,
 }
 
