@@ -1245,3 +1245,48 @@ fn a_page_of_an_allowed_origin_may_use_the_endpoint_through_cors() {
     assert_eq!(options.header("Access-Control-Allow-Origin"), None);
     ping_works(addr);
 }
+
+#[test]
+fn every_answer_of_the_endpoint_varies_by_origin() {
+    // The endpoint's answers depend on `Origin` (CORS fields for an allowed one, 403 for
+    // another), so every one says so, those to requests without `Origin` too: else a
+    // cache (the browser's own) may keep an answer given without the CORS fields and hand
+    // it to a page, which then cannot read it (Fetch, "CORS protocol and HTTP caches").
+    let http = start();
+    let addr = http.local_addr();
+    let session = initialize(addr);
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+    let with_session = [("Mcp-Session-Id", session.as_str())];
+    for (what, reply) in [
+        ("OPTIONS", send(addr, "OPTIONS", &[], b"")),
+        ("POST", post(addr, &with_session, &ping)),
+        ("POST refused", post(addr, &[], &ping)),
+        (
+            "another origin",
+            post(addr, &[("Origin", "https://evil.example")], &ping),
+        ),
+        (
+            "an allowed origin",
+            post(addr, &[("Origin", "http://localhost:5173")], &ping),
+        ),
+    ] {
+        let vary = reply.header("Vary").unwrap_or("");
+        assert!(vary.contains("Origin"), "{what}: {reply:?}");
+    }
+    // The event stream too.
+    let stream = write_request(
+        addr,
+        "GET",
+        &[
+            ("Accept", "text/event-stream"),
+            ("Mcp-Session-Id", &session),
+        ],
+        b"",
+    );
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let head = raw_http::read_head(&mut BufReader::new(stream));
+    assert_eq!(head.status, 200, "{head:?}");
+    assert_eq!(head.header("Vary"), Some("Origin"), "{head:?}");
+}

@@ -503,6 +503,12 @@ fn handle(state: &Arc<State>, request: Request) {
     let path = path_of(&head.target);
     let origin = head.field("Origin");
     // A declared body past the limit was refused with 413 before it was read (`conn`).
+    if path == "/mcp" {
+        // Whatever `/mcp` answers depends on `Origin` (the CORS fields, or 403): a cache
+        // must not hand an answer given without one (or to another origin) to a page
+        // (Fetch, "CORS protocol and HTTP caches").
+        responder.always_send("Vary", "Origin".into());
+    }
     let answer = if path != "/mcp" {
         Answer::error(404, RpcError::invalid_request("the MCP endpoint is /mcp"))
     } else if !origin_allowed(origin, &state.options.allowed_origins) {
@@ -513,7 +519,6 @@ fn handle(state: &Arc<State>, request: Request) {
             // gets, the session id included; other origins got 403 above.
             responder.always_send("Access-Control-Allow-Origin", origin.to_owned());
             responder.always_send("Access-Control-Expose-Headers", CORS_EXPOSED_HEADERS.into());
-            responder.always_send("Vary", "Origin".into());
         }
         if let Some(version) = head
             .field("MCP-Protocol-Version")
