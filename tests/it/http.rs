@@ -1247,6 +1247,43 @@ fn a_page_of_an_allowed_origin_may_use_the_endpoint_through_cors() {
 }
 
 #[test]
+fn a_page_of_an_allowed_origin_may_read_the_refusal_of_a_body_too_large() {
+    // A body past `max_body_bytes` is refused (413) before the handler sees the request:
+    // the refusal carries the CORS fields all the same, so the page learns why rather than
+    // getting a bare network error.
+    let http = start();
+    let addr = http.local_addr();
+    let origin = "http://localhost:5173";
+    let big = vec![b' '; options().max_body_bytes + 1];
+    let refused = send(
+        addr,
+        "POST",
+        &[("Content-Type", "application/json"), ("Origin", origin)],
+        &big,
+    );
+    assert_eq!(refused.status, 413, "{refused:?}");
+    assert_eq!(
+        refused.header("Access-Control-Allow-Origin"),
+        Some(origin),
+        "{refused:?}"
+    );
+    assert_eq!(refused.header("Vary"), Some("Origin"), "{refused:?}");
+    // Another origin's refusal carries none.
+    let other = send(
+        addr,
+        "POST",
+        &[
+            ("Content-Type", "application/json"),
+            ("Origin", "https://evil.example"),
+        ],
+        &big,
+    );
+    assert_eq!(other.status, 413, "{other:?}");
+    assert_eq!(other.header("Access-Control-Allow-Origin"), None);
+    ping_works(addr);
+}
+
+#[test]
 fn every_answer_of_the_endpoint_varies_by_origin() {
     // The endpoint's answers depend on `Origin` (CORS fields for an allowed one, 403 for
     // another), so every one says so, those to requests without `Origin` too: else a

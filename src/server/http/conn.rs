@@ -53,6 +53,8 @@ pub(super) struct Request {
 /// What serves requests. It runs on the connection's reader: whatever takes time must be
 /// handed elsewhere, with the [`Responder`].
 pub(super) type Handler = dyn Fn(Request) + Send + Sync;
+/// The header fields a request's answer carries whatever it is (CORS), its refusal too.
+pub(super) type AlwaysFields = dyn Fn(&Head) -> Vec<(&'static str, String)> + Send + Sync;
 
 /// Answers (and their bytes) that may wait for their turn on a connection before its
 /// reader waits for them to be written.
@@ -135,6 +137,7 @@ struct Live {
 struct Shared {
     options: ConnOptions,
     handler: Arc<Handler>,
+    always: Arc<AlwaysFields>,
     stopping: AtomicBool,
     connections: Mutex<HashMap<u64, Live>>,
     /// Signalled when a connection's thread is done.
@@ -183,16 +186,19 @@ pub(super) struct Transport {
 }
 
 impl Transport {
-    /// Serves `listener`'s connections with `handler`.
+    /// Serves `listener`'s connections with `handler`; a request refused before it
+    /// reaches the handler (once its head is read) gets the fields `always` names.
     pub(super) fn start(
         listener: TcpListener,
         options: ConnOptions,
         handler: Arc<Handler>,
+        always: Arc<AlwaysFields>,
     ) -> io::Result<Transport> {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             options,
             handler,
+            always,
             stopping: AtomicBool::new(false),
             connections: Mutex::new(HashMap::new()),
             ended: Condvar::new(),
@@ -290,7 +296,7 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
         let _ = socket.set_nodelay(true);
         if shared.prune() >= shared.options.max_connections {
             // Answered here, briefly: the accept loop must not wait on anyone.
-            let busy = refusal(503, "too many connections", false);
+            let busy = refusal(503, "too many connections", false, &[]);
             let _ = write_all_by(&socket, &busy, Instant::now() + Duration::from_secs(1));
             let _ = socket.shutdown(Shutdown::Write);
             continue;
@@ -396,9 +402,11 @@ impl Drop for CutOnPanic<'_> {
 }
 
 /// A refusal that closes the connection: `status` with a JSON-RPC error saying `why`.
-fn refusal(status: u16, why: &str, head_only: bool) -> Vec<u8> {
+fn refusal(status: u16, why: &str, head_only: bool, always: &[(&str, String)]) -> Vec<u8> {
     let body = error_body(&RpcError::invalid_request(why));
-    wire::response(status, &[JSON], &body, head_only, true)
+    let mut fields = vec![JSON];
+    fields.extend(always.iter().map(|(name, value)| (*name, value.as_str())));
+    wire::response(status, &fields, &body, head_only, true)
 }
 
 /// A request the connection ends on, without serving it.
@@ -407,6 +415,8 @@ struct Refused {
     why: String,
     /// Its head was read, and it was `HEAD`: the answer has no body (RFC 9110 §9.3.2).
     head_only: bool,
+    /// The fields every answer to it carries (CORS), when its head was read.
+    always: Vec<(&'static str, String)>,
 }
 
 /// Reads the connection's requests and hands them to the handler, one after the other,
@@ -448,11 +458,16 @@ fn serve(socket: Arc<TcpStream>, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
         }
         reader.get_mut().deadline = deadline_after(options.read_timeout);
         let seq = issued;
-        let (head, body) = match read_request(&mut reader, options, outbox, seq) {
+        let (head, body) = match read_request(&mut reader, options, &*shared.always, outbox, seq) {
             Ok(request) => request,
             Err(None) => return issued,
             Err(Some(refused)) => {
-                let answer = refusal(refused.status, &refused.why, refused.head_only);
+                let answer = refusal(
+                    refused.status,
+                    &refused.why,
+                    refused.head_only,
+                    &refused.always,
+                );
                 outbox.deliver(seq, answer, true);
                 return issued + 1;
             }
@@ -489,25 +504,31 @@ fn serve(socket: Arc<TcpStream>, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
 fn read_request(
     reader: &mut BufReader<Timed>,
     options: &ConnOptions,
+    always: &AlwaysFields,
     outbox: &Arc<Outbox>,
     seq: u64,
 ) -> Result<(Head, Vec<u8>), Option<Refused>> {
     let limits = &options.limits;
-    let refused = |error: ReadError, head_only: bool| match error {
-        ReadError::Closed => None,
-        ReadError::TimedOut => Some(Refused {
-            status: 408,
-            why: "the request did not arrive in time".into(),
-            head_only,
-        }),
-        ReadError::Refused(status, why) => Some(Refused {
-            status,
-            why,
-            head_only,
-        }),
+    let refused = |error: ReadError, head: Option<&Head>| {
+        let head_only = head.is_some_and(|head| head.method == "HEAD");
+        let always = head.map(always).unwrap_or_default();
+        match error {
+            ReadError::Closed => None,
+            ReadError::TimedOut => Some(Refused {
+                status: 408,
+                why: "the request did not arrive in time".into(),
+                head_only,
+                always,
+            }),
+            ReadError::Refused(status, why) => Some(Refused {
+                status,
+                why,
+                head_only,
+                always,
+            }),
+        }
     };
-    let head = wire::read_head(reader, limits).map_err(|e| refused(e, false))?;
-    let head_only = head.method == "HEAD";
+    let head = wire::read_head(reader, limits).map_err(|e| refused(e, None))?;
     let body = (|| {
         head.check_host()?;
         let continues = head.expects_continue()?;
@@ -525,6 +546,6 @@ fn read_request(
         reader.get_mut().continued = None;
         body
     })()
-    .map_err(|e| refused(e, head_only))?;
+    .map_err(|e| refused(e, Some(&head)))?;
     Ok((head, body))
 }

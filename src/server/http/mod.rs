@@ -327,10 +327,12 @@ impl HttpServer {
             .subscribe()
             .map_err(|e| io::Error::other(e.to_string()))?;
         let handler_state = state.clone();
+        let allowed_origins = state.options.allowed_origins.clone();
         let transport = Transport::start(
             listener,
             conn_options,
             Arc::new(move |request| handle(&handler_state, request)),
+            Arc::new(move |head| always_fields(head, &allowed_origins)),
         )?;
         let mut http = HttpServer {
             addr: transport.local_addr(),
@@ -494,6 +496,27 @@ const CORS_ALLOWED_HEADERS: &str = "Content-Type, Accept, Authorization, Mcp-Ses
 /// The answer header fields such a page may read.
 const CORS_EXPOSED_HEADERS: &str = "Mcp-Session-Id, MCP-Protocol-Version";
 
+/// The header fields every answer to a request with `head` carries, whatever it is (an
+/// answer, an error, a stream, or the refusal of a body `conn` would not read): for
+/// `/mcp`, `Vary: Origin`, and CORS for a page of an allowed origin (loopback, or
+/// configured), which may then read what it gets, the session id included. Other origins
+/// get 403, with no CORS field.
+fn always_fields(head: &Head, allowed: &[String]) -> Vec<(&'static str, String)> {
+    if path_of(&head.target) != "/mcp" {
+        return Vec::new();
+    }
+    // Whatever `/mcp` answers depends on `Origin` (the CORS fields, or 403): a cache must
+    // not hand an answer given without one (or to another origin) to a page (Fetch, "CORS
+    // protocol and HTTP caches").
+    let mut fields = vec![("Vary", "Origin".to_owned())];
+    let origin = head.field("Origin");
+    if let Some(origin) = origin.filter(|_| origin_allowed(origin, allowed)) {
+        fields.push(("Access-Control-Allow-Origin", origin.to_owned()));
+        fields.push(("Access-Control-Expose-Headers", CORS_EXPOSED_HEADERS.into()));
+    }
+    fields
+}
+
 fn handle(state: &Arc<State>, request: Request) {
     let Request {
         head,
@@ -502,24 +525,15 @@ fn handle(state: &Arc<State>, request: Request) {
     } = request;
     let path = path_of(&head.target);
     let origin = head.field("Origin");
-    // A declared body past the limit was refused with 413 before it was read (`conn`).
-    if path == "/mcp" {
-        // Whatever `/mcp` answers depends on `Origin` (the CORS fields, or 403): a cache
-        // must not hand an answer given without one (or to another origin) to a page
-        // (Fetch, "CORS protocol and HTTP caches").
-        responder.always_send("Vary", "Origin".into());
+    for (name, value) in always_fields(&head, &state.options.allowed_origins) {
+        responder.always_send(name, value);
     }
+    // A declared body past the limit was refused with 413 before it was read (`conn`).
     let answer = if path != "/mcp" {
         Answer::error(404, RpcError::invalid_request("the MCP endpoint is /mcp"))
     } else if !origin_allowed(origin, &state.options.allowed_origins) {
         Answer::error(403, RpcError::invalid_request("origin not allowed"))
     } else {
-        if let Some(origin) = origin {
-            // CORS: a page of an allowed origin (loopback, or configured) may read what it
-            // gets, the session id included; other origins got 403 above.
-            responder.always_send("Access-Control-Allow-Origin", origin.to_owned());
-            responder.always_send("Access-Control-Expose-Headers", CORS_EXPOSED_HEADERS.into());
-        }
         if let Some(version) = head
             .field("MCP-Protocol-Version")
             .filter(|v| !supported_version(v))
