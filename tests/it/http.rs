@@ -1161,12 +1161,12 @@ fn at_the_session_limit_initialize_gets_503_when_every_session_is_busy() {
 #[test]
 fn a_page_of_an_allowed_origin_may_use_the_endpoint_through_cors() {
     let http = demo_http_server(HttpOptions {
-        allowed_origins: vec!["https://app.example".into()],
+        allowed_origins: vec!["https://app.example".into(), "http://localhost:6274".into()],
         ..options()
     })
     .0;
     let addr = http.local_addr();
-    for origin in ["http://localhost:5173", "https://app.example"] {
+    for origin in ["http://localhost:6274", "https://app.example"] {
         // The browser's preflight for a POST with the MCP header fields.
         let preflight = send(
             addr,
@@ -1231,6 +1231,13 @@ fn a_page_of_an_allowed_origin_may_use_the_endpoint_through_cors() {
         assert_eq!(error.status, 400);
         assert_eq!(error.header("Access-Control-Allow-Origin"), Some(origin));
     }
+    // A loopback page not named is served but gets no CORS field: its browser keeps it
+    // from sending a JSON POST (the preflight fails) and from reading answers, so a page
+    // some other local program serves cannot drive the tools.
+    let preflight = send(addr, "OPTIONS", &[("Origin", "http://localhost:5173")], b"");
+    assert_eq!(preflight.status, 204);
+    assert_eq!(preflight.header("Access-Control-Allow-Origin"), None);
+    assert_eq!(preflight.header("Access-Control-Allow-Methods"), None);
     // Another origin gets 403 and no CORS field, preflight or not.
     for method in ["OPTIONS", "POST"] {
         let refused = send(addr, method, &[("Origin", "https://evil.example")], b"{}");
@@ -1251,9 +1258,13 @@ fn a_page_of_an_allowed_origin_may_read_the_refusal_of_a_body_too_large() {
     // A body past `max_body_bytes` is refused (413) before the handler sees the request:
     // the refusal carries the CORS fields all the same, so the page learns why rather than
     // getting a bare network error.
-    let http = start();
+    let origin = "https://app.example";
+    let http = demo_http_server(HttpOptions {
+        allowed_origins: vec![origin.into()],
+        ..options()
+    })
+    .0;
     let addr = http.local_addr();
-    let origin = "http://localhost:5173";
     let big = vec![b' '; options().max_body_bytes + 1];
     let refused = send(
         addr,
@@ -1303,7 +1314,7 @@ fn every_answer_of_the_endpoint_varies_by_origin() {
             post(addr, &[("Origin", "https://evil.example")], &ping),
         ),
         (
-            "an allowed origin",
+            "a loopback origin",
             post(addr, &[("Origin", "http://localhost:5173")], &ping),
         ),
     ] {

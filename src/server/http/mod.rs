@@ -110,10 +110,12 @@ pub struct HttpOptions {
     /// request for this long is ended as if the client had sent `DELETE` (its live tasks
     /// are cancelled). Default 30 minutes.
     pub session_idle_timeout: Duration,
-    /// Browser origins allowed besides loopback ones (`http://localhost:*` and so on),
-    /// exactly as a browser sends them in `Origin` (`https://app.example`). A page of an
-    /// allowed origin gets CORS: its preflight `OPTIONS` is answered, and it may read the
-    /// answers and `Mcp-Session-Id`. A request from any other origin gets 403.
+    /// Browser origins whose pages may use the server, exactly as a browser sends them in
+    /// `Origin` (`https://app.example`, `http://localhost:6274`): they get CORS (a
+    /// preflight `OPTIONS` is answered, and the page may read the answers and
+    /// `Mcp-Session-Id`). Loopback origins not named here are served but get no CORS
+    /// field, so a browser lets their pages do nothing that needs it (a JSON `POST` does).
+    /// Any other `Origin` gets 403 (DNS rebinding).
     pub allowed_origins: Vec<String>,
 }
 
@@ -498,9 +500,12 @@ const CORS_EXPOSED_HEADERS: &str = "Mcp-Session-Id, MCP-Protocol-Version";
 
 /// The header fields every answer to a request with `head` carries, whatever it is (an
 /// answer, an error, a stream, or the refusal of a body `conn` would not read): for
-/// `/mcp`, `Vary: Origin`, and CORS for a page of an allowed origin (loopback, or
-/// configured), which may then read what it gets, the session id included. Other origins
-/// get 403, with no CORS field.
+/// `/mcp`, `Vary: Origin`, and CORS for a page of a configured origin
+/// ([`HttpOptions::allowed_origins`]), which may then read what it gets, the session id
+/// included. Loopback pages are served but get no CORS field: a browser then keeps them
+/// from reading answers and from sending what needs a preflight (any JSON POST), as before
+/// CORS existed here, so that no page some other local program serves can drive the
+/// server's tools unless it was named. Other origins get 403.
 fn always_fields(head: &Head, allowed: &[String]) -> Vec<(&'static str, String)> {
     if path_of(&head.target) != "/mcp" {
         return Vec::new();
@@ -509,8 +514,7 @@ fn always_fields(head: &Head, allowed: &[String]) -> Vec<(&'static str, String)>
     // not hand an answer given without one (or to another origin) to a page (Fetch, "CORS
     // protocol and HTTP caches").
     let mut fields = vec![("Vary", "Origin".to_owned())];
-    let origin = head.field("Origin");
-    if let Some(origin) = origin.filter(|_| origin_allowed(origin, allowed)) {
+    if let Some(origin) = cors_origin(head, allowed) {
         fields.push(("Access-Control-Allow-Origin", origin.to_owned()));
         fields.push(("Access-Control-Expose-Headers", CORS_EXPOSED_HEADERS.into()));
     }
@@ -544,7 +548,10 @@ fn handle(state: &Arc<State>, request: Request) {
                 "POST" => return post(state, &head, body, responder),
                 "GET" => return get(state, &head, responder),
                 "DELETE" => delete(state, &head),
-                "OPTIONS" => preflight(origin.is_some(), &mut responder),
+                "OPTIONS" => preflight(
+                    cors_origin(&head, &state.options.allowed_origins).is_some(),
+                    &mut responder,
+                ),
                 _ => Answer::not_allowed(METHODS, "use POST, GET or DELETE"),
             }
         }
@@ -552,8 +559,15 @@ fn handle(state: &Arc<State>, request: Request) {
     respond(responder, answer);
 }
 
-/// `OPTIONS /mcp`: the methods served, and for a browser's CORS preflight (it names an
-/// allowed `Origin`) the methods and header fields its page may use, for ten minutes.
+/// The `Origin` of a request that gets CORS: one named in `allowed` (exactly as browsers
+/// send it).
+fn cors_origin<'h>(head: &'h Head, allowed: &[String]) -> Option<&'h str> {
+    head.field("Origin")
+        .filter(|origin| allowed.iter().any(|a| a == origin))
+}
+
+/// `OPTIONS /mcp`: the methods served, and for a browser's CORS preflight (it names a
+/// configured `Origin`) the methods and header fields its page may use, for ten minutes.
 fn preflight(cors: bool, responder: &mut Responder) -> Answer {
     if cors {
         responder.always_send("Access-Control-Allow-Methods", "POST, GET, DELETE".into());
