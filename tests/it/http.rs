@@ -1176,7 +1176,7 @@ fn a_page_of_an_allowed_origin_may_use_the_endpoint_through_cors() {
                 ("Access-Control-Request-Method", "POST"),
                 (
                     "Access-Control-Request-Headers",
-                    "content-type, mcp-session-id, mcp-protocol-version",
+                    "content-type, mcp-session-id, mcp-protocol-version, x-api-key, bad\"name",
                 ),
             ],
             b"",
@@ -1197,14 +1197,18 @@ fn a_page_of_an_allowed_origin_may_use_the_endpoint_through_cors() {
             .header("Access-Control-Allow-Headers")
             .unwrap_or("")
             .to_ascii_lowercase();
+        // MCP's own fields, and the page's own (an API key), but nothing that is no
+        // field name.
         for field in [
             "content-type",
             "mcp-session-id",
             "mcp-protocol-version",
             "last-event-id",
+            "x-api-key",
         ] {
             assert!(allowed.contains(field), "{field}: {preflight:?}");
         }
+        assert!(!allowed.contains("bad"), "{preflight:?}");
         assert_eq!(
             preflight.header("Content-Length"),
             None,

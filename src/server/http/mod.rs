@@ -549,6 +549,7 @@ fn handle(state: &Arc<State>, request: Request) {
                 "GET" => return get(state, &head, responder),
                 "DELETE" => delete(state, &head),
                 "OPTIONS" => preflight(
+                    &head,
                     cors_origin(&head, &state.options.allowed_origins).is_some(),
                     &mut responder,
                 ),
@@ -567,11 +568,22 @@ fn cors_origin<'h>(head: &'h Head, allowed: &[String]) -> Option<&'h str> {
 }
 
 /// `OPTIONS /mcp`: the methods served, and for a browser's CORS preflight (it names a
-/// configured `Origin`) the methods and header fields its page may use, for ten minutes.
-fn preflight(cors: bool, responder: &mut Responder) -> Answer {
+/// configured `Origin`) the methods and header fields its page may use, for ten minutes:
+/// MCP's own, and whatever else the page asks to send (an API key of its own, say), since
+/// its origin is trusted anyway.
+fn preflight(head: &Head, cors: bool, responder: &mut Responder) -> Answer {
     if cors {
+        let mut headers = CORS_ALLOWED_HEADERS.to_owned();
+        let asked = head.field("Access-Control-Request-Headers").unwrap_or("");
+        for name in asked.split(',').map(str::trim) {
+            // Field names only (RFC 9110 tokens): nothing else is echoed.
+            if wire::is_token(name) {
+                headers.push_str(", ");
+                headers.push_str(name);
+            }
+        }
         responder.always_send("Access-Control-Allow-Methods", "POST, GET, DELETE".into());
-        responder.always_send("Access-Control-Allow-Headers", CORS_ALLOWED_HEADERS.into());
+        responder.always_send("Access-Control-Allow-Headers", headers);
         responder.always_send("Access-Control-Max-Age", "600".into());
     }
     Answer {

@@ -386,7 +386,8 @@ fn is_text(line: &[u8]) -> bool {
         .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
 }
 
-fn is_token(s: &str) -> bool {
+/// Whether `s` is an RFC 9110 token (a field name, a method).
+pub(super) fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
