@@ -118,6 +118,11 @@ pub enum Kind {
         parse_error: bool,
         id: Option<Value>,
     },
+    /// A JSON array that may be taken as a batch (its connection settled on a version
+    /// with batches, or may have meanwhile): the array of its answers, nothing when none
+    /// is due, or one -32600 error (`[]`, too long, or no batches after all). [`kind`]
+    /// never says this: a test that knows its connection takes batches does.
+    Batch,
 }
 
 /// MCP ids are strings or integers (never null, never fractional); this server reads

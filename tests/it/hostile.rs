@@ -769,6 +769,40 @@ fn check(kind: &Kind, got: &Got, cancelled_later: bool) -> Result<(), TestCaseEr
             prop_assert!(answer.get("result").is_none(), "{}", answer);
             Ok(())
         }
+        Kind::Batch => match got {
+            Got::Answer(Value::Array(answers)) => {
+                prop_assert!(!answers.is_empty(), "an empty array answered");
+                for answer in answers {
+                    prop_assert_eq!(&answer["jsonrpc"], "2.0", "{}", answer);
+                    prop_assert!(
+                        answer.get("result").is_some() != answer.get("error").is_some(),
+                        "{}",
+                        answer
+                    );
+                }
+                Ok(())
+            }
+            // Nothing due (notifications, responses, cancelled requests).
+            Got::Answer(Value::Null) => Ok(()),
+            Got::Answer(answer) => {
+                prop_assert_eq!(answer["error"]["code"].as_i64(), Some(-32600), "{}", answer);
+                prop_assert!(answer["id"].is_null(), "{}", answer);
+                Ok(())
+            }
+            Got::Nothing | Got::Hung => Err(TestCaseError::fail(format!("a batch: {got:?}"))),
+        },
+    }
+}
+
+/// What a message should get on `connection` as it stands: a JSON array is a batch once
+/// the connection settled on a version with batches (a generated `initialize` may name
+/// 2024-11-05).
+fn kind_on(connection: &Connection, text: &str) -> Kind {
+    let array = matches!(serde_json::from_str::<Value>(text), Ok(Value::Array(_)));
+    if array && connection.accepts_batches() {
+        Kind::Batch
+    } else {
+        kind(text)
     }
 }
 
@@ -782,7 +816,7 @@ fn run(rev: Rev, messages: &[Msg]) -> Result<(), TestCaseError> {
     let mut sent: Vec<(Kind, Receiver<Value>, Option<Got>)> = Vec::new();
     for message in messages {
         let text = message.text(&h);
-        let kind = kind(&text);
+        let kind = kind_on(&h.connection, &text);
         let rx = h.send(&text);
         h.read_server();
         // Most answers come at once: learn from them, so later messages can name the
@@ -839,10 +873,16 @@ fn run_concurrently(rev: Rev, a: &[Msg], b: &[Msg]) -> Result<(), TestCaseError>
     h.create_task(5);
     let texts = |messages: &[Msg]| messages.iter().map(|m| m.text(&h)).collect::<Vec<_>>();
     let (a, b) = (texts(a), texts(b));
+    // The other thread may settle the connection on a version with batches at any moment:
+    // an array may be taken either way (`Kind::Batch` accepts both).
     let send_all = |texts: &[String]| {
         texts
             .iter()
-            .map(|text| (kind(text), h.send(text)))
+            .map(|text| {
+                let array = matches!(serde_json::from_str::<Value>(text), Ok(Value::Array(_)));
+                let kind = if array { Kind::Batch } else { kind(text) };
+                (kind, h.send(text))
+            })
             .collect::<Vec<_>>()
     };
     let sent: Vec<(Kind, Receiver<Value>)> = std::thread::scope(|scope| {
@@ -1779,4 +1819,20 @@ proptest! {
             std::thread::yield_now();
         }
     }
+}
+
+#[test]
+fn an_array_after_initialize_on_a_version_with_batches_is_judged_as_a_batch() {
+    // The generators can settle a connection on 2024-11-05 (which has batches) and then
+    // send an array: the oracle must expect a batch's answer, not one error.
+    let initialize = json!({"jsonrpc": "2.0", "id": "i", "method": "initialize",
+                            "params": {"protocolVersion": "2024-11-05"}});
+    let messages = [
+        Msg::Json(initialize, None),
+        Msg::Raw("[1,2]".into()),
+        Msg::Raw(r#"[{"jsonrpc":"2.0","id":7,"method":"ping"}]"#.into()),
+        Msg::Raw(r#"[{"jsonrpc":"2.0","method":"notifications/initialized"}]"#.into()),
+        Msg::Raw("[]".into()),
+    ];
+    run(Rev::V2025, &messages).unwrap();
 }
