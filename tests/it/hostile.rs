@@ -607,7 +607,9 @@ fn check_request(
             if speaks_sep && !declares && needs_extension {
                 prop_assert_eq!(code, Some(-32021), "{}", answer);
             }
-            if code == Some(-32021) {
+            // (`tasks/result` returns the error a task failed with as it is: a task whose
+            // tool asked for undeclared input failed with -32021.)
+            if code == Some(-32021) && method != "tasks/result" {
                 // The tasks extension the request did not declare, or a capability a
                 // tool's input request needs (2026-07-28 forbids asking for undeclared
                 // input): named in `requiredCapabilities`, and missing from the request.
@@ -1835,4 +1837,23 @@ fn an_array_after_initialize_on_a_version_with_batches_is_judged_as_a_batch() {
         Msg::Raw("[]".into()),
     ];
     run(Rev::V2025, &messages).unwrap();
+}
+
+#[test]
+fn tasks_result_may_return_the_missing_capability_its_task_failed_with() {
+    // A promotable call whose tool asks for input the call did not declare fails with
+    // -32021 (inline, within the promotion budget, or as its task's error), and a later
+    // 2025-11-25 `tasks/result` on that task returns the same error as it is.
+    let sep_call = json!({"jsonrpc": "2.0", "id": 0, "method": "tools/call", "params": {
+        "name": "confirm_delete", "arguments": {"filename": ""},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities":
+                      {"extensions": {"io.modelcontextprotocol/tasks": {}}}}}});
+    let result = json!({"jsonrpc": "2.0", "id": 0, "method": "tasks/result",
+                        "params": {"taskId": "@@task2"}});
+    run(
+        Rev::Sep2663,
+        &[Msg::Json(sep_call, None), Msg::Json(result, None)],
+    )
+    .unwrap();
 }
