@@ -118,11 +118,16 @@ pub enum Kind {
         parse_error: bool,
         id: Option<Value>,
     },
-    /// A JSON array that may be taken as a batch (its connection settled on a version
-    /// with batches, or may have meanwhile): the array of its answers, nothing when none
-    /// is due, or one -32600 error (`[]`, too long, or no batches after all). [`kind`]
-    /// never says this: a test that knows its connection takes batches does.
-    Batch,
+    /// A JSON array its connection may take as a batch. [`kind`] never says this: a test
+    /// that knows the connection's version does.
+    ///
+    /// `Some(items)`: the connection takes batches, and `items` is what each of the
+    /// batch's messages gets as if it came alone (an `initialize` or a 2026-07-28 request,
+    /// which no batch may hold, is `Malformed` with its id): the array of the answers due,
+    /// in order, nothing when none is, or one -32600 error for `[]` or a batch too long.
+    /// `None`: the connection may have settled on a version with batches meanwhile (or
+    /// not): the array of some answers, nothing, or one -32600 error.
+    Batch(Option<Vec<Kind>>),
 }
 
 /// MCP ids are strings or integers (never null, never fractional); this server reads

@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use mcp_task_store::server::{demo, Connection, Server};
+use mcp_task_store::server::{demo, Connection, Server, MAX_BATCH_LEN};
 use mcp_task_store::StoreConfig;
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -771,7 +771,38 @@ fn check(kind: &Kind, got: &Got, cancelled_later: bool) -> Result<(), TestCaseEr
             prop_assert!(answer.get("result").is_none(), "{}", answer);
             Ok(())
         }
-        Kind::Batch => match got {
+        Kind::Batch(Some(items)) if !cancelled_later => {
+            if items.is_empty() || items.len() > MAX_BATCH_LEN {
+                let Got::Answer(answer) = got else {
+                    return Err(TestCaseError::fail(format!("a batch: {got:?}")));
+                };
+                prop_assert_eq!(answer["error"]["code"].as_i64(), Some(-32600), "{}", answer);
+                prop_assert!(answer["id"].is_null(), "{}", answer);
+                return Ok(());
+            }
+            // The answers due, in the order of the batch's messages; none for
+            // notifications and responses.
+            let due: Vec<&Kind> = items
+                .iter()
+                .filter(|item| matches!(item, Kind::Request { .. } | Kind::Malformed { .. }))
+                .collect();
+            match got {
+                Got::Answer(Value::Null) if due.is_empty() => Ok(()),
+                Got::Answer(Value::Array(answers)) if !due.is_empty() => {
+                    prop_assert_eq!(answers.len(), due.len(), "{:?}: {:?}", items, answers);
+                    for (item, answer) in due.into_iter().zip(answers) {
+                        check(item, &Got::Answer(answer.clone()), false)?;
+                    }
+                    Ok(())
+                }
+                _ => Err(TestCaseError::fail(format!(
+                    "a batch of {items:?}: {got:?}"
+                ))),
+            }
+        }
+        // A cancel may have withheld some of its answers, or the connection may not take
+        // it as a batch.
+        Kind::Batch(_) => match got {
             Got::Answer(Value::Array(answers)) => {
                 prop_assert!(!answers.is_empty(), "an empty array answered");
                 for answer in answers {
@@ -798,14 +829,35 @@ fn check(kind: &Kind, got: &Got, cancelled_later: bool) -> Result<(), TestCaseEr
 
 /// What a message should get on `connection` as it stands: a JSON array is a batch once
 /// the connection settled on a version with batches (a generated `initialize` may name
-/// 2024-11-05).
+/// 2024-11-05), each of its messages answered as if it came alone, but for those no batch
+/// may hold: `initialize` (2025-03-26) and 2026-07-28 requests (a version without
+/// batches), refused with -32600.
 fn kind_on(connection: &Connection, text: &str) -> Kind {
-    let array = matches!(serde_json::from_str::<Value>(text), Ok(Value::Array(_)));
-    if array && connection.accepts_batches() {
-        Kind::Batch
-    } else {
-        kind(text)
-    }
+    let items = match serde_json::from_str::<Value>(text) {
+        Ok(Value::Array(items)) if connection.accepts_batches() => items,
+        _ => return kind(text),
+    };
+    let item_kind = |item: &Value| match kind(&item.to_string()) {
+        Kind::Request { id, method, params } => {
+            let version = params
+                .as_ref()
+                .and_then(|p| p.get("_meta"))
+                .and_then(|m| m.get(VERSION_KEY));
+            if method == "initialize"
+                || method == "server/discover"
+                || version == Some(&json!(SEP_VERSION))
+            {
+                Kind::Malformed {
+                    parse_error: false,
+                    id: Some(id),
+                }
+            } else {
+                Kind::Request { id, method, params }
+            }
+        }
+        other => other,
+    };
+    Kind::Batch(Some(items.iter().map(item_kind).collect()))
 }
 
 /// Feeds `messages` to a fresh connection in order, then checks every answer, the
@@ -856,6 +908,13 @@ fn check_all(
     for (i, (kind, got)) in answered.iter().enumerate() {
         let cancelled = match kind {
             Kind::Request { id, .. } => cancelled(i, id),
+            // A cancel after the batch, or in it, may withhold any of its answers.
+            Kind::Batch(Some(items)) => items.iter().any(|item| match item {
+                Kind::Request { id, .. } => {
+                    cancelled(i, id) || items.iter().any(|other| cancelled_id(other) == Some(id))
+                }
+                _ => false,
+            }),
             _ => false,
         };
         check(kind, got, cancelled)
@@ -882,7 +941,7 @@ fn run_concurrently(rev: Rev, a: &[Msg], b: &[Msg]) -> Result<(), TestCaseError>
             .iter()
             .map(|text| {
                 let array = matches!(serde_json::from_str::<Value>(text), Ok(Value::Array(_)));
-                let kind = if array { Kind::Batch } else { kind(text) };
+                let kind = if array { Kind::Batch(None) } else { kind(text) };
                 (kind, h.send(text))
             })
             .collect::<Vec<_>>()
@@ -1835,6 +1894,16 @@ fn an_array_after_initialize_on_a_version_with_batches_is_judged_as_a_batch() {
         Msg::Raw(r#"[{"jsonrpc":"2.0","id":7,"method":"ping"}]"#.into()),
         Msg::Raw(r#"[{"jsonrpc":"2.0","method":"notifications/initialized"}]"#.into()),
         Msg::Raw("[]".into()),
+        // Each message answered as if it came alone, in order; `initialize` and
+        // 2026-07-28 requests refused; nothing for the notification.
+        Msg::Raw(
+            r#"[{"jsonrpc":"2.0","id":"a","method":"tools/list"},[],
+                {"jsonrpc":"2.0","method":"notifications/initialized"},
+                {"jsonrpc":"2.0","id":"b","method":"initialize","params":{}},
+                {"jsonrpc":"2.0","id":"c","method":"ping","params":{"_meta":
+                    {"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}]"#
+                .into(),
+        ),
     ];
     run(Rev::V2025, &messages).unwrap();
 }

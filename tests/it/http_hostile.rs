@@ -1788,7 +1788,7 @@ fn check_rpc(body: &[u8], head: &Head, live: Option<&str>, reply: &Reply) -> Res
             let rule = id.as_ref().map_or(IdRule::Null, IdRule::IsOrNull);
             return expect_error(reply, 400, codes, rule);
         }
-        Kind::Batch => unreachable!("kind never says Batch"),
+        Kind::Batch(_) => unreachable!("kind never says Batch"),
         Kind::Request { id, method, params } => (Some(id), Some(method), params),
         Kind::Notification { method, params } => (None, Some(method), params),
         Kind::Response => {
