@@ -21,8 +21,8 @@
 //! waiting `tasks/result` calls), and a client that stops reading holds only its own
 //! writer. An event stream keeps its connection's reader while it lasts (one per session:
 //! a new `GET` replaces the session's stream, which ends).
-//! Bodies are limited in size, and a browser `Origin` other than loopback is refused (DNS
-//! rebinding).
+//! Bodies are limited in size, and a browser `Origin` other than loopback and
+//! [`HttpOptions::allowed_origins`] is refused (DNS rebinding).
 //!
 //! 2025-11-25 sessions end on `DELETE` or after [`HttpOptions::session_idle_timeout`] with
 //! no request in progress, no event stream open and no new request; either way the
@@ -112,10 +112,11 @@ pub struct HttpOptions {
     pub session_idle_timeout: Duration,
     /// Browser origins whose pages may use the server, exactly as a browser sends them in
     /// `Origin` (`https://app.example`, `http://localhost:6274`): they get CORS (a
-    /// preflight `OPTIONS` is answered, and the page may read the answers and
-    /// `Mcp-Session-Id`). Loopback origins not named here are served but get no CORS
-    /// field, so a browser lets their pages do nothing that needs it (a JSON `POST` does).
-    /// Any other `Origin` gets 403 (DNS rebinding).
+    /// preflight `OPTIONS` is answered, allowing MCP's header fields and any other field
+    /// names the page asks to send, and the page may read the answers, `Mcp-Session-Id`
+    /// and `MCP-Protocol-Version`). Loopback origins not named here are served but get no
+    /// CORS field, so a browser lets their pages do nothing that needs it (a JSON `POST`
+    /// does). Any other `Origin` gets 403 (DNS rebinding).
     pub allowed_origins: Vec<String>,
 }
 
