@@ -607,9 +607,18 @@ fn check_request(
             if speaks_sep && !declares && needs_extension {
                 prop_assert_eq!(code, Some(-32021), "{}", answer);
             }
-            // (`tasks/result` returns the error a task failed with as it is: a task whose
-            // tool asked for undeclared input failed with -32021.)
-            if code == Some(-32021) && method != "tasks/result" {
+            if code == Some(-32021) && method == "tasks/result" {
+                // The error a task failed with, as it is: its tool asked for input its call
+                // did not declare the capability for. Never the tasks extension, which
+                // the 2025-11-25 `tasks/result` does not need (2026-07-28 has none).
+                let required = error["data"]["requiredCapabilities"].as_object();
+                prop_assert!(
+                    !speaks_sep
+                        && required.is_some_and(|r| !r.is_empty() && !r.contains_key("extensions")),
+                    "{}",
+                    answer
+                );
+            } else if code == Some(-32021) {
                 // The tasks extension the request did not declare, or a capability a
                 // tool's input request needs (2026-07-28 forbids asking for undeclared
                 // input): named in `requiredCapabilities`, and missing from the request.
