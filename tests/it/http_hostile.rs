@@ -1587,18 +1587,7 @@ fn expected(step: &Step, live: Option<&str>) -> Want {
         Step::Served { head, body, .. } => (head, body),
     };
     // The transport: path, origin, protocol version, method.
-    // The absolute form names scheme and host before the path (RFC 9112 §3.2.2).
-    let target = head.target.as_str();
-    let path = ["http://", "https://"]
-        .iter()
-        .find_map(|scheme| {
-            let rest = target.get(scheme.len()..)?;
-            target[..scheme.len()]
-                .eq_ignore_ascii_case(scheme)
-                .then(|| rest.find(['/', '?']).map_or("/", |at| &rest[at..]))
-        })
-        .unwrap_or(target);
-    if path.split('?').next() != Some("/mcp") {
+    if !targets_mcp(head) {
         return Want::Error(404, -32600);
     }
     if let Some(origin) = head.field("Origin") {
@@ -1877,6 +1866,44 @@ fn routed(head: &Head, method: &str, params: Option<&Value>) -> bool {
 /// Checks the response to one request against `want` (its refusal, if it is one, was
 /// checked with the connection); `last`: it is the last response, and `end` how the
 /// connection ended after it. Returns whether the live session ended.
+/// Whether a request is for `/mcp`, query aside; the absolute form names scheme and host
+/// before the path (RFC 9112 §3.2.2).
+fn targets_mcp(head: &Head) -> bool {
+    let target = head.target.as_str();
+    let path = ["http://", "https://"]
+        .iter()
+        .find_map(|scheme| {
+            let rest = target.get(scheme.len()..)?;
+            target[..scheme.len()]
+                .eq_ignore_ascii_case(scheme)
+                .then(|| rest.find(['/', '?']).map_or("/", |at| &rest[at..]))
+        })
+        .unwrap_or(target);
+    path.split('?').next() == Some("/mcp")
+}
+
+/// CORS: an answer the handler gave names the page's origin in
+/// `Access-Control-Allow-Origin` exactly when that origin is configured (loopback ones
+/// are served without it, others refused without it), and every `/mcp` answer varies by
+/// `Origin`.
+fn check_cors(head: &Head, reply: &Reply) -> Result<(), String> {
+    if !targets_mcp(head) {
+        return match reply.header("Access-Control-Allow-Origin") {
+            None => Ok(()),
+            Some(_) => Err(format!("CORS fields off /mcp: {reply:?}")),
+        };
+    }
+    let listed = head.field("Origin") == Some(LISTED_ORIGIN);
+    let echoed = reply.header("Access-Control-Allow-Origin");
+    if echoed != listed.then_some(LISTED_ORIGIN) {
+        return Err(format!("Access-Control-Allow-Origin {echoed:?}: {reply:?}"));
+    }
+    if !reply.header("Vary").is_some_and(|v| v.contains("Origin")) {
+        return Err(format!("an /mcp answer without Vary: Origin: {reply:?}"));
+    }
+    Ok(())
+}
+
 fn check_answer(
     want: &Want,
     step: &Step,
@@ -1885,6 +1912,10 @@ fn check_answer(
     end: &End,
     last: bool,
 ) -> Result<bool, String> {
+    // (A refusal may come before the head was read whole, with nothing to go by.)
+    if let (Some(head), false) = (step.head(), matches!(want, Want::Refused(_) | Want::Silent)) {
+        check_cors(head, reply)?;
+    }
     if step.bodiless() {
         // No body to look at: the status must be the one wanted.
         return match want {
