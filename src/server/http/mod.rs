@@ -459,29 +459,37 @@ fn end_session(state: &State, session: &Session) {
     cancel_live_tasks(state.server.store().as_ref(), &session.id);
 }
 
+/// Walks the tasks of `session` that have not ended, page by page, until `each` returns
+/// false.
+fn each_live_task(
+    store: &dyn TaskStore,
+    session: &SessionId,
+    mut each: impl FnMut(TaskId) -> bool,
+) -> Result<(), crate::StoreError> {
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store.list(Some(session), cursor.as_deref())?;
+        for task in page.tasks.iter().filter(|task| !task.status.is_terminal()) {
+            if !each(task.task_id) {
+                return Ok(());
+            }
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(()),
+        }
+    }
+}
+
 /// Cancels every task of `session` that has not ended. The ids are gathered first, so
 /// cancelling does not disturb the paging.
 fn cancel_live_tasks(store: &dyn TaskStore, session: &SessionId) {
     let mut live = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = match store.list(Some(session), cursor.as_deref()) {
-            Ok(page) => page,
-            Err(error) => {
-                log::warn!("session {session}: cannot list its tasks to cancel them: {error}");
-                break;
-            }
-        };
-        live.extend(
-            page.tasks
-                .iter()
-                .filter(|task| !task.status.is_terminal())
-                .map(|task| task.task_id),
-        );
-        match page.next_cursor {
-            Some(next) => cursor = Some(next),
-            None => break,
-        }
+    if let Err(error) = each_live_task(store, session, |id| {
+        live.push(id);
+        true
+    }) {
+        log::warn!("session {session}: cannot list its tasks to cancel them: {error}");
     }
     for id in live {
         let message = Some("the session ended".to_string());
@@ -538,24 +546,22 @@ fn handle(state: &Arc<State>, request: Request) {
         Answer::error(404, RpcError::invalid_request("the MCP endpoint is /mcp"))
     } else if !origin_allowed(origin, &state.options.allowed_origins) {
         Answer::error(403, RpcError::invalid_request("origin not allowed"))
+    } else if let Some(version) = head
+        .field("MCP-Protocol-Version")
+        .filter(|v| !supported_version(v))
+    {
+        Answer::error(400, unsupported_version(version))
     } else {
-        if let Some(version) = head
-            .field("MCP-Protocol-Version")
-            .filter(|v| !supported_version(v))
-        {
-            Answer::error(400, unsupported_version(version))
-        } else {
-            match head.method.as_str() {
-                "POST" => return post(state, &head, body, responder),
-                "GET" => return get(state, &head, responder),
-                "DELETE" => delete(state, &head),
-                "OPTIONS" => preflight(
-                    &head,
-                    cors_origin(&head, &state.options.allowed_origins).is_some(),
-                    &mut responder,
-                ),
-                _ => Answer::not_allowed(METHODS, "use POST, GET or DELETE"),
-            }
+        match head.method.as_str() {
+            "POST" => return post(state, &head, body, responder),
+            "GET" => return get(state, &head, responder),
+            "DELETE" => delete(state, &head),
+            "OPTIONS" => preflight(
+                &head,
+                cors_origin(&head, &state.options.allowed_origins).is_some(),
+                &mut responder,
+            ),
+            _ => Answer::not_allowed(METHODS, "use POST, GET or DELETE"),
         }
     };
     respond(responder, answer);
@@ -1006,17 +1012,12 @@ fn evict_quiet_session(state: &State) -> bool {
 
 /// Whether `session` has a task that has not ended.
 fn has_live_tasks(store: &dyn TaskStore, session: &SessionId) -> Result<bool, crate::StoreError> {
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = store.list(Some(session), cursor.as_deref())?;
-        if page.tasks.iter().any(|task| !task.status.is_terminal()) {
-            return Ok(true);
-        }
-        match page.next_cursor {
-            Some(next) => cursor = Some(next),
-            None => return Ok(false),
-        }
-    }
+    let mut found = false;
+    each_live_task(store, session, |_| {
+        found = true;
+        false
+    })?;
+    Ok(found)
 }
 
 fn find_session(state: &State, head: &Head) -> Result<(Arc<Session>, Activity), Answer> {
