@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use super::batch;
 use super::context::{Binding, ClientPeer, TaskContext};
+use super::listen::{Ending, ListenKey, Sink, Subscriptions};
 use super::tools::{Preflight, TaskSupport, Tool};
 use super::ServerCore;
 use crate::model::{CreateTask, Origin, Outcome, SessionId, StoreEvent, Task, TaskId, TaskStatus};
@@ -92,6 +93,8 @@ pub struct Connection {
     /// means that `notifications/cancelled` (or closing) ends its wait by. (A client may
     /// reuse an id, wrongly: every call under it is kept, and a cancel ends them all.)
     waiting_results: Mutex<HashMap<RequestId, Vec<Arc<Abandon>>>>,
+    /// Open `subscriptions/listen` streams (SEP-2663 task status notifications).
+    listens: Subscriptions,
 }
 
 impl std::fmt::Debug for Connection {
@@ -149,6 +152,7 @@ impl Connection {
             closed: AtomicBool::new(false),
             inline_runs: Mutex::new(HashMap::new()),
             waiting_results: Mutex::new(HashMap::new()),
+            listens: Subscriptions::default(),
         })
     }
 
@@ -246,6 +250,11 @@ impl Connection {
             }
             log::info!("tasks/result {request_id} cancelled by the client");
         }
+        // Many clients' ids may collide on a shared connection, where a subscription ends
+        // with its stream instead.
+        if !self.shared && self.listens.cancel(&request_id) {
+            log::info!("subscription {request_id} cancelled by the client");
+        }
     }
 
     fn handle_request(self: &Arc<Self>, request: Request, respond: Responder) {
@@ -311,6 +320,17 @@ impl Connection {
                 self.tools_list(Revision::Sep2663),
             ))),
             "tools/call" => self.tools_call(params, Revision::Sep2663, meta, id, reply),
+            "subscriptions/listen" if self.shared => reply.send(Err(RpcError::internal(
+                "subscriptions/listen is served by the transport, on a stream of its own",
+            ))),
+            "subscriptions/listen" => {
+                let sink = Sink::Shared(self.outgoing.clone());
+                match self.open_listen(&id, params.as_ref(), sink) {
+                    // Its messages, and in the end its result, go out as it runs.
+                    Ok(_) => reply.withhold(),
+                    Err(error) => reply.send(Err(error)),
+                }
+            }
             m if sep2663::is_tasks_method(m) => {
                 let store = self.core.store.as_ref();
                 let outcome = sep2663::handle(store, self.session.as_ref(), m, params);
@@ -318,6 +338,25 @@ impl Connection {
             }
             other => reply.send(Err(RpcError::method_not_found(other))),
         }
+    }
+
+    /// Opens a `subscriptions/listen` stream of task status notifications whose messages go
+    /// to `sink` (see [`listen`](super::listen)); an error is the request's answer.
+    pub(crate) fn open_listen(
+        &self,
+        id: &RequestId,
+        params: Option<&Value>,
+        sink: Sink,
+    ) -> Result<ListenKey, RpcError> {
+        let store = self.core.store.as_ref();
+        let unique_ids = !self.shared;
+        (self.listens).open(store, self.session.as_ref(), id, params, sink, unique_ids)
+    }
+
+    /// Ends a subscription [`open_listen`](Self::open_listen) opened: `Graceful` sends its
+    /// result first, `Silent` nothing more.
+    pub(crate) fn close_listen(&self, key: ListenKey, ending: Ending) {
+        self.listens.close(key, ending);
     }
 
     fn discover(&self) -> Value {
@@ -767,6 +806,8 @@ impl Connection {
             StoreEvent::Expired { task_id, session } => (*task_id, session, None),
             StoreEvent::Lagged { missed } => {
                 log::warn!("{missed} store events were lost; checking the tasks followed");
+                let store = self.core.store.as_ref();
+                self.listens.on_event(store, self.session.as_ref(), event);
                 return self.resync();
             }
             _ => return,
@@ -774,6 +815,8 @@ impl Connection {
         if *session != self.session {
             return;
         }
+        let store = self.core.store.as_ref();
+        self.listens.on_event(store, self.session.as_ref(), event);
         if let Some(task) = task {
             let ended = task.status.is_terminal();
             let ours = {
@@ -858,6 +901,7 @@ impl Connection {
         self.closed.store(true, Ordering::SeqCst);
         self.pending.lock().clear();
         self.notified.lock().clear();
+        self.listens.close_all(Ending::Silent);
         // Nobody will read their answers: let plain calls stop and free their workers, and
         // waiting tasks/result calls their threads.
         for binding in self.inline_runs.lock().values() {

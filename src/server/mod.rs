@@ -30,6 +30,7 @@ mod context;
 pub mod demo;
 #[cfg(feature = "http")]
 mod http;
+mod listen;
 mod pool;
 mod stdio;
 mod tools;
@@ -46,6 +47,7 @@ pub use context::{Cancelled, ClientPeer, TaskContext};
 pub use http::fuzz_requests as fuzz_http_requests;
 #[cfg(feature = "http")]
 pub use http::{HttpOptions, HttpServer};
+pub use listen::{MAX_LISTENS, MAX_LISTEN_TASKS};
 pub use tools::{
     error_result, text_result, Preflight, TaskSupport, Tool, ToolRegistry, ToolResult,
 };

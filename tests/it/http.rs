@@ -1342,3 +1342,173 @@ fn every_answer_of_the_endpoint_varies_by_origin() {
     assert_eq!(head.status, 200, "{head:?}");
     assert_eq!(head.header("Vary"), Some("Origin"), "{head:?}");
 }
+
+/// Sends a 2026-07-28 `subscriptions/listen` for `task_ids` and reads past the answer's
+/// head, which must open an event stream.
+fn open_listen(addr: SocketAddr, id: &str, task_ids: Value) -> BufReader<TcpStream> {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+                      "params": {"_meta": meta_2026(true), "notifications": {"taskIds": task_ids}}})
+    .to_string();
+    let stream = write_request(
+        addr,
+        "POST",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Mcp-Method", "subscriptions/listen"),
+        ],
+        body.as_bytes(),
+    );
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut events = BufReader::new(stream);
+    let mut line = String::new();
+    events.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    let mut event_stream = false;
+    while line != "\r\n" {
+        line.clear();
+        events.read_line(&mut line).unwrap();
+        event_stream |= line.eq_ignore_ascii_case("content-type: text/event-stream\r\n");
+    }
+    assert!(event_stream, "not an event stream");
+    events
+}
+
+/// Starts a long 2026-07-28 task and returns its id.
+fn start_long_2026_task(addr: SocketAddr) -> String {
+    let task = post(
+        addr,
+        &[("Mcp-Method", "tools/call"), ("Mcp-Name", "sleep_required")],
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "sleep_required", "arguments": {"ms": 600_000}, "_meta": meta_2026(true)}}),
+    );
+    task.json()["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task in {}", task.json()))
+        .to_string()
+}
+
+fn cancel_2026_task(addr: SocketAddr, id: &str) {
+    let ack = post(
+        addr,
+        &[("Mcp-Method", "tasks/cancel"), ("Mcp-Name", id)],
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/cancel",
+        "params": {"taskId": id, "_meta": meta_2026(true)}}),
+    );
+    assert_eq!(
+        ack.json()["result"]["resultType"],
+        "complete",
+        "{}",
+        ack.json()
+    );
+}
+
+#[test]
+fn a_task_subscription_streams_its_tasks_states_then_its_result() {
+    let http = start();
+    let addr = http.local_addr();
+    let id = start_long_2026_task(addr);
+    let mut events = open_listen(
+        addr,
+        "L",
+        json!([id, "5c1e0000-0000-4000-8000-000000000000"]),
+    );
+    let ack = next_event(&mut events);
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(ack["params"]["notifications"]["taskIds"], json!([id]));
+    let first = next_event(&mut events);
+    assert_eq!(
+        (&first["method"], &first["params"]["status"]),
+        (&json!("notifications/tasks"), &json!("working"))
+    );
+    assert_eq!(
+        first["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "L"
+    );
+    cancel_2026_task(addr, &id);
+    let ended = next_event(&mut events);
+    assert_eq!(ended["params"]["status"], "cancelled", "{ended}");
+    let result = next_event(&mut events);
+    assert_eq!(result["id"], "L");
+    assert_eq!(result["result"]["resultType"], "complete");
+    // The stream ends with the subscription: its last chunk comes.
+    let mut rest = String::new();
+    events.read_to_string(&mut rest).unwrap();
+    assert!(rest.ends_with("0\r\n\r\n"), "{rest:?}");
+}
+
+#[test]
+fn a_task_subscription_refused_is_a_json_answer() {
+    let http = start();
+    let addr = http.local_addr();
+    let undeclared = post(
+        addr,
+        &[("Mcp-Method", "subscriptions/listen")],
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+        "params": {"_meta": meta_2026(false), "notifications": {"taskIds": []}}}),
+    );
+    assert_eq!((undeclared.status, undeclared.code()), (400, -32021));
+    let malformed = post(
+        addr,
+        &[("Mcp-Method", "subscriptions/listen")],
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+        "params": {"_meta": meta_2026(true)}}),
+    );
+    assert_eq!((malformed.status, malformed.code()), (200, -32602));
+    let mismatched = post(
+        addr,
+        &[("Mcp-Method", "tasks/get")],
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+        "params": {"_meta": meta_2026(true), "notifications": {}}}),
+    );
+    assert_eq!((mismatched.status, mismatched.code()), (400, -32020));
+    // A client that takes no event stream cannot be given one.
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+                      "params": {"_meta": meta_2026(true), "notifications": {}}});
+    let json_only = send(
+        addr,
+        "POST",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json"),
+            ("Mcp-Method", "subscriptions/listen"),
+        ],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(json_only.status, 406);
+}
+
+#[test]
+fn closing_a_task_subscriptions_stream_ends_it_and_the_server_carries_on() {
+    let http = start();
+    let addr = http.local_addr();
+    let id = start_long_2026_task(addr);
+    let mut events = open_listen(addr, "L", json!([id]));
+    next_event(&mut events);
+    next_event(&mut events);
+    drop(events);
+    // The client left: the change finds no reader, the subscription ends, and a new one
+    // is served as before.
+    cancel_2026_task(addr, &id);
+    let mut again = open_listen(addr, "L", json!([id]));
+    next_event(&mut again);
+    assert_eq!(next_event(&mut again)["params"]["status"], "cancelled");
+    assert_eq!(next_event(&mut again)["id"], "L");
+}
+
+#[test]
+fn stopping_the_server_ends_task_subscriptions_with_their_result() {
+    let http = start();
+    let addr = http.local_addr();
+    let id = start_long_2026_task(addr);
+    let mut events = open_listen(addr, "L", json!([id]));
+    next_event(&mut events);
+    next_event(&mut events);
+    let stopping = std::thread::spawn(move || drop(http));
+    let result = next_event(&mut events);
+    assert_eq!(result["id"], "L", "{result}");
+    assert_eq!(result["result"]["resultType"], "complete");
+    stopping.join().unwrap();
+}

@@ -1994,3 +1994,278 @@ fn sep2663_input_the_call_did_not_declare_is_never_asked_for() {
     let asked = h.call_2026("test_tool_with_task", json!({}), true);
     assert_eq!(asked["result"]["resultType"], "input_required");
 }
+
+// ------------------------------------------------------------ subscriptions/listen (SEP-2663)
+
+impl Harness {
+    /// Opens a task subscription under request id `id`; its messages come on `outgoing`.
+    fn listen(&self, id: &str, notifications: Value) {
+        let text = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+                          "params": {"_meta": meta(true), "notifications": notifications}});
+        let answer = self.send_text(&text.to_string());
+        assert!(answer.is_null(), "answered at once: {answer}");
+    }
+
+    /// The error a `subscriptions/listen` with `params` gets.
+    fn listen_error(&mut self, params: Value) -> Value {
+        let response = self.request("subscriptions/listen", params);
+        assert!(response.get("result").is_none(), "{response}");
+        response["error"].clone()
+    }
+
+    /// Reports the store's current state of task `id` to the connection, as the store's
+    /// event would (deterministic: whatever it sends is on `outgoing` once this returns).
+    fn feed(&self, id: &str) {
+        let task = self
+            .server
+            .store()
+            .get(id.parse().unwrap(), None)
+            .expect("the task");
+        self.connection
+            .handle_store_event(&mcp_task_store::StoreEvent::Status {
+                task,
+                session: None,
+            });
+    }
+
+    /// Everything already sent to the client.
+    fn sent(&self) -> Vec<Value> {
+        self.outgoing.try_iter().collect()
+    }
+
+    fn task_2026_id(&mut self, tool: &str, arguments: Value) -> String {
+        let created = self.call_2026(tool, arguments, true);
+        assert_eq!(created["result"]["resultType"], "task", "{created}");
+        created["result"]["taskId"].as_str().unwrap().to_string()
+    }
+}
+
+fn subscription_of(message: &Value) -> &Value {
+    &message["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"]
+}
+
+#[test]
+fn a_subscription_is_acknowledged_then_reports_each_task_until_all_ended() {
+    let mut h = Harness::new();
+    let asking = h.task_2026_id("multi_input", json!({}));
+    let waiting = h.poll_2026(&asking, &["input_required"]);
+    let sleeping = h.task_2026_id("sleep_required", json!({"ms": 600_000}));
+    h.sent();
+    h.listen(
+        "L1",
+        json!({"taskIds": [asking, sleeping, "5c1e0000-0000-4000-8000-000000000000",
+                           asking, "not-a-task-id"],
+               "toolsListChanged": true}),
+    );
+    let opened = h.sent();
+    assert_eq!(opened.len(), 3, "{opened:#?}");
+    // First the acknowledgement: only the known tasks, once each; no list changes (the
+    // server has none to report).
+    assert_eq!(
+        opened[0]["method"],
+        "notifications/subscriptions/acknowledged"
+    );
+    assert_eq!(
+        opened[0]["params"]["notifications"],
+        json!({"taskIds": [asking, sleeping]})
+    );
+    assert_eq!(subscription_of(&opened[0]), "L1");
+    // Then each task's state as tasks/get has it, input requests included.
+    for (message, id) in opened[1..].iter().zip([&asking, &sleeping]) {
+        assert_eq!(message["method"], "notifications/tasks");
+        assert_eq!(message["params"]["taskId"], id.as_str());
+        assert_eq!(subscription_of(message), "L1");
+        assert!(message["params"].get("resultType").is_none(), "{message}");
+    }
+    assert_eq!(opened[1]["params"]["status"], "input_required");
+    assert_eq!(
+        opened[1]["params"]["inputRequests"], waiting["inputRequests"],
+        "{:#}",
+        opened[1]
+    );
+    // An event for a change already reported sends nothing.
+    h.feed(&asking);
+    assert!(h.sent().is_empty());
+
+    // The one task ends: its final state, result inline.
+    let keys: Vec<String> = waiting["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    let answers: serde_json::Map<String, Value> = keys
+        .iter()
+        .map(|k| {
+            (
+                k.clone(),
+                json!({"action": "accept", "content": {"name": "A", "confirm": true}}),
+            )
+        })
+        .collect();
+    h.task_2026(
+        "tasks/update",
+        json!({"taskId": asking, "inputResponses": answers}),
+    );
+    h.poll_2026(&asking, &["completed"]);
+    h.feed(&asking);
+    let ended = h.sent();
+    assert_eq!(ended.len(), 1, "{ended:#?}");
+    assert_eq!(ended[0]["params"]["status"], "completed");
+    assert!(
+        ended[0]["params"]["result"]["content"].is_array(),
+        "{:#}",
+        ended[0]
+    );
+    // An ended task is no longer followed.
+    h.feed(&asking);
+    assert!(h.sent().is_empty());
+
+    // The other ends too: its state, then the subscription's result.
+    h.task_2026("tasks/cancel", json!({"taskId": sleeping}));
+    h.feed(&sleeping);
+    let last = h.sent();
+    assert_eq!(last.len(), 2, "{last:#?}");
+    assert_eq!(last[0]["params"]["status"], "cancelled");
+    assert_eq!(
+        last[1],
+        json!({"jsonrpc": "2.0", "id": "L1", "result": {"resultType": "complete",
+               "_meta": {"io.modelcontextprotocol/subscriptionId": "L1"}}})
+    );
+}
+
+#[test]
+fn a_subscription_with_nothing_to_follow_is_acknowledged_and_ends() {
+    let h = Harness::new();
+    h.listen("none", json!({}));
+    let sent = h.sent();
+    assert_eq!(sent.len(), 2, "{sent:#?}");
+    assert_eq!(sent[0]["params"]["notifications"], json!({}));
+    assert_eq!(sent[1]["id"], "none");
+    assert_eq!(sent[1]["result"]["resultType"], "complete");
+
+    h.listen(
+        "unknown",
+        json!({"taskIds": ["5c1e0000-0000-4000-8000-000000000000"]}),
+    );
+    let sent = h.sent();
+    assert_eq!(sent.len(), 2, "{sent:#?}");
+    assert_eq!(sent[0]["params"]["notifications"], json!({"taskIds": []}));
+    assert_eq!(sent[1]["id"], "unknown");
+}
+
+#[test]
+fn a_task_that_already_ended_is_reported_once_and_the_subscription_ends() {
+    let mut h = Harness::new();
+    let id = h.task_2026_id("failing_job", json!({}));
+    h.poll_2026(&id, &["completed", "failed"]);
+    h.listen("7", json!({"taskIds": [id]}));
+    let sent = h.sent();
+    assert_eq!(sent.len(), 3, "{sent:#?}");
+    assert_eq!(sent[1]["params"]["taskId"], id.as_str());
+    assert_eq!(sent[2]["id"], "7");
+}
+
+#[test]
+fn subscribing_needs_the_extension_and_well_formed_notifications() {
+    let mut h = Harness::new();
+    let error = h.listen_error(json!({"_meta": meta(false), "notifications": {"taskIds": []}}));
+    assert_eq!(error["code"], -32021, "{error}");
+    assert!(
+        error["data"]["requiredCapabilities"]["extensions"]["io.modelcontextprotocol/tasks"]
+            .is_object()
+    );
+    // Core notifications alone need no extension (none is served: acknowledged empty).
+    let text = json!({"jsonrpc": "2.0", "id": "core", "method": "subscriptions/listen",
+                      "params": {"_meta": meta(false), "notifications": {"toolsListChanged": true}}});
+    assert!(h.send_text(&text.to_string()).is_null());
+    let sent = h.sent();
+    assert_eq!(sent[0]["params"]["notifications"], json!({}), "{sent:#?}");
+    let too_many: Vec<String> = (0..=mcp_task_store::server::MAX_LISTEN_TASKS)
+        .map(|i| format!("5c1e0000-0000-4000-8000-{i:012}"))
+        .collect();
+    for bad in [
+        json!({"_meta": meta(true)}),
+        json!({"_meta": meta(true), "notifications": null}),
+        json!({"_meta": meta(true), "notifications": ["taskIds"]}),
+        json!({"_meta": meta(true), "notifications": {"taskIds": "5c1e"}}),
+        json!({"_meta": meta(true), "notifications": {"taskIds": [1, 2]}}),
+        json!({"_meta": meta(true), "notifications": {"taskIds": too_many}}),
+    ] {
+        let error = h.listen_error(bad.clone());
+        assert_eq!(error["code"], -32602, "{bad} -> {error}");
+    }
+    assert!(h.sent().is_empty(), "refusals send nothing else");
+    // A 2025-11-25 request has no such method.
+    let error = h.listen_error(json!({"notifications": {"taskIds": []}}));
+    assert_eq!(error["code"], -32601, "{error}");
+}
+
+#[test]
+fn a_cancelled_subscription_sends_nothing_more_and_its_id_is_free_again() {
+    let mut h = Harness::new();
+    let id = h.task_2026_id("sleep_required", json!({"ms": 600_000}));
+    h.listen("L", json!({"taskIds": [id]}));
+    assert_eq!(h.sent().len(), 2);
+    // The id is an open subscription's: a second one under it is refused.
+    let text = json!({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
+                      "params": {"_meta": meta(true), "notifications": {"taskIds": [id]}}});
+    let refused = h.send_text(&text.to_string());
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": "L"}});
+    h.connection.handle_text(
+        &cancel.to_string(),
+        Box::new(|answer| panic!("a notification answered: {answer}")),
+    );
+    h.task_2026("tasks/cancel", json!({"taskId": id}));
+    h.feed(&id);
+    assert!(h.sent().is_empty(), "nothing after the cancel");
+    h.listen("L", json!({"taskIds": [id]}));
+    assert_eq!(h.sent().len(), 3, "the id may be used again");
+}
+
+#[test]
+fn lost_events_are_made_up_for_on_a_subscription_too() {
+    let mut h = Harness::new();
+    let id = h.task_2026_id("sleep_required", json!({"ms": 600_000}));
+    h.listen("L", json!({"taskIds": [id]}));
+    h.sent();
+    h.task_2026("tasks/cancel", json!({"taskId": id}));
+    // The cancel's event was lost; the subscriber hears that it missed some.
+    h.connection
+        .handle_store_event(&mcp_task_store::StoreEvent::Lagged { missed: 1 });
+    let sent = h.sent();
+    assert_eq!(sent.len(), 2, "{sent:#?}");
+    assert_eq!(sent[0]["params"]["status"], "cancelled");
+    assert_eq!(sent[1]["id"], "L");
+}
+
+#[test]
+fn closing_the_connection_ends_its_subscriptions_without_a_word() {
+    let mut h = Harness::new();
+    let id = h.task_2026_id("sleep_required", json!({"ms": 600_000}));
+    h.listen("L", json!({"taskIds": [id]}));
+    h.sent();
+    h.connection.close();
+    h.task_2026("tasks/cancel", json!({"taskId": id}));
+    h.feed(&id);
+    assert!(h.sent().is_empty());
+}
+
+#[test]
+fn a_subscription_follows_real_store_events() {
+    let mut h = Harness::new();
+    let _events = h.pump_events();
+    let id = h.task_2026_id("sleep_required", json!({"ms": 600_000}));
+    h.listen("L", json!({"taskIds": [id]}));
+    assert_eq!(
+        h.next_outgoing("notifications/tasks")["params"]["status"],
+        "working"
+    );
+    h.task_2026("tasks/cancel", json!({"taskId": id}));
+    let ended = h.next_outgoing("notifications/tasks");
+    assert_eq!(ended["params"]["status"], "cancelled", "{ended}");
+    let result = h.outgoing.recv_timeout(WAIT).expect("the result");
+    assert_eq!(result["id"], "L", "{result}");
+}

@@ -7,7 +7,9 @@
 //!   (`_meta` protocol version, or `server/discover`) reach it: the `MCP-Protocol-Version`
 //!   header alone gets -32020 (HTTP 400), and the removed `tasks/list`, `tasks/result` and
 //!   `initialize` get -32601 (HTTP 200) whatever the headers say. An unsupported
-//!   `MCP-Protocol-Version` gets HTTP 400.
+//!   `MCP-Protocol-Version` gets HTTP 400. `subscriptions/listen` is answered with an
+//!   event stream of its own that carries the subscription (task status notifications,
+//!   see `listen`) until it ends or its client closes it.
 //! - 2025-11-25 uses sessions: `initialize` opens one and answers with `Mcp-Session-Id`;
 //!   every later request must carry it, and its tasks live in a store session of the same
 //!   id, so one client never sees another's tasks. `GET /mcp` opens the session's event
@@ -58,6 +60,7 @@ use self::conn::{ConnOptions, Request, Transport};
 use self::outbox::{EventStream, Responder};
 use self::replay::Replay;
 use self::wire::{Head, Limits};
+use super::listen::{Ending, Sink, STREAM_QUEUE};
 
 use super::connection::{supported_version, unsupported_version};
 use super::{Connection, Server};
@@ -392,6 +395,10 @@ impl Drop for HttpServer {
     }
 }
 
+/// How often an idle event stream sends a comment: it keeps proxies from timing the stream
+/// out, and finds clients that left.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
 fn route_events(state: &State, events: Receiver<StoreEvent>) {
     loop {
         // The store's events end only when the store closes, which an embedded store does
@@ -412,11 +419,17 @@ fn route_events(state: &State, events: Receiver<StoreEvent>) {
                 for target in sessions {
                     target.connection.handle_store_event(&event);
                 }
+                state.stateless.handle_store_event(&event);
                 continue;
             }
             _ => continue,
         };
-        let Some(session) = session else { continue };
+        let Some(session) = session else {
+            // A sessionless (2026-07-28) task: its subscriptions are the stateless
+            // connection's.
+            state.stateless.handle_store_event(&event);
+            continue;
+        };
         let target = state.sessions.lock().get(session.as_str()).cloned();
         if let Some(target) = target {
             target.connection.handle_store_event(&event);
@@ -806,9 +819,74 @@ fn post_stateless(
         // to the stateless connection.
         return respond(responder, Answer::empty(202));
     }
+    let message = match message {
+        Message::Request(request) if request.method == "subscriptions/listen" => {
+            return listen(state, head, responder, request)
+        }
+        other => other,
+    };
     dispatch(&state.stateless, responder, message, |response| {
         Answer::json(status_of(&response), response)
     });
+}
+
+/// `subscriptions/listen`: an event stream of its own carries the subscription's messages
+/// (the acknowledgement, task states, and the result when the server ends it) until it
+/// ends, or its client closes the stream, which ends the subscription. A refusal is a JSON
+/// answer, as for any request.
+fn listen(state: &Arc<State>, head: &Head, responder: Responder, request: jsonrpc::Request) {
+    let jsonrpc::Request { id, params, .. } = request;
+    let (queue, messages) = crossbeam_channel::bounded(STREAM_QUEUE);
+    let key = match state
+        .stateless
+        .open_listen(&id, params.as_ref(), Sink::Own(queue))
+    {
+        Ok(key) => key,
+        Err(error) => {
+            let response = jsonrpc::error_response(Some(&id), &error);
+            return respond(responder, Answer::json(status_of(&response), response));
+        }
+    };
+    // Looked at once the request is found sound: a refusal is JSON, which such a client
+    // takes.
+    if head.accepts("text/event-stream") == Some(false) {
+        state.stateless.close_listen(key, Ending::Silent);
+        let error =
+            RpcError::invalid_request("subscriptions/listen answers with text/event-stream");
+        return respond(responder, Answer::error(406, error));
+    }
+    let fields = [
+        ("Content-Type", "text/event-stream"),
+        ("Cache-Control", "no-cache"),
+    ];
+    let Some(stream) = responder.stream(&fields) else {
+        return state.stateless.close_listen(key, Ending::Silent);
+    };
+    let send =
+        |message: &Value| stream.send(format!("event: message\ndata: {message}\n\n").as_bytes());
+    let ending = loop {
+        select! {
+            recv(messages) -> message => match message {
+                Ok(message) => if send(&message).is_err() {
+                    break Ending::Silent;
+                },
+                // Ended, and everything it queued is written.
+                Err(_) => return,
+            },
+            recv(state.stopping.closed()) -> _ => break Ending::Graceful,
+            default(KEEP_ALIVE) => if stream.send(b": keep-alive\n\n").is_err() {
+                break Ending::Silent;
+            },
+        }
+    };
+    state.stateless.close_listen(key, ending);
+    if ending == Ending::Graceful {
+        for message in messages.try_iter() {
+            if send(&message).is_err() {
+                break;
+            }
+        }
+    }
 }
 
 /// SEP-2243 routing headers: `Mcp-Method` must name the body's method, and `Mcp-Name` the
@@ -1149,7 +1227,7 @@ fn stream_events(
             recv(this_stream.closed()) -> _ => break,
             recv(session.handover.1) -> _ => {}
             // A comment keeps proxies from timing the stream out and finds dead clients.
-            default(Duration::from_secs(15)) => stream.send(b": keep-alive\n\n")?,
+            default(KEEP_ALIVE) => stream.send(b": keep-alive\n\n")?,
         }
         // What this stream just recorded, and anything a stream it replaced recorded as
         // it ended. A stream replaced meanwhile leaves it to its successor, and wakes it

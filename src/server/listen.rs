@@ -1,0 +1,544 @@
+//! `subscriptions/listen` with `notifications.taskIds` (SEP-2663 task status notifications
+//! on a 2026-07-28 listen stream): a client names tasks, the server acknowledges the ones it
+//! will report on, then sends each one's full state (`notifications/tasks`, a `DetailedTask`
+//! as `tasks/get` would return it) now and after every change, until the task ends.
+//!
+//! Decisions the spec leaves to the server:
+//! - Right after the acknowledgement every agreed task's current state is sent, so a client
+//!   that subscribes after creating a task cannot miss a change made in between.
+//! - Only tasks the requester could `tasks/get` are agreed; others are left out of the
+//!   acknowledgement (an unknown or foreign id is not an error, as for the core filters the
+//!   server does not support, which are left out too).
+//! - A subscription ends gracefully (the `subscriptions/listen` result, with its
+//!   `subscriptionId`) once every task it follows has ended and that end was sent, or is
+//!   gone: there is nothing left to report, and a task cannot be added to a subscription.
+//! - A state is sent once: a change that leaves the task as the client last saw it (a store
+//!   event for a change already reported) sends nothing.
+//!
+//! Where messages go is the transport's: stdio shares the connection's writer queue, an HTTP
+//! listen stream has a queue of its own that its thread writes out. A subscription whose
+//! client stops reading (its queue stays full) ends at once, without its result: the client
+//! sees its stream end, as after a dropped connection, and subscribes again.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{SendTimeoutError, Sender, TrySendError};
+use parking_lot::Mutex;
+use serde_json::{json, Map, Value};
+
+use crate::model::{SessionId, StoreEvent, TaskDetail, TaskId};
+use crate::protocol::jsonrpc::{self, RequestId, RpcError};
+use crate::protocol::{sep2663, RequestMeta};
+use crate::{StoreError, TaskStore};
+
+/// Most tasks one `subscriptions/listen` may name.
+pub const MAX_LISTEN_TASKS: usize = 1024;
+
+/// Most subscriptions open at once on one connection (on HTTP, over all clients: each also
+/// holds a TCP connection of its own).
+pub const MAX_LISTENS: usize = 1024;
+
+/// Room in an HTTP listen stream's own queue: the acknowledgement, a first state per task,
+/// one change per task while the stream waits to start, and the result.
+pub(crate) const STREAM_QUEUE: usize = 2 * MAX_LISTEN_TASKS + 16;
+
+/// How long a message for a subscription waits for room in a shared writer queue (stdio)
+/// before the subscription is taken for abandoned.
+const SHARED_WAIT: Duration = Duration::from_secs(1);
+
+/// The `_meta` key naming the subscription a message belongs to.
+pub(crate) const SUBSCRIPTION_ID_KEY: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// Where a subscription's messages go.
+pub(crate) enum Sink {
+    /// A queue of its own, written out by its stream's thread (HTTP). Full means the client
+    /// stopped reading; dropped, it tells that thread the subscription ended.
+    Own(Sender<Value>),
+    /// The connection's writer queue (stdio), shared with answers: a message waits a moment
+    /// for room there.
+    Shared(Sender<Value>),
+}
+
+impl Sink {
+    /// False when the message could not be queued: the subscription is over.
+    fn send(&self, message: Value) -> bool {
+        match self {
+            Sink::Own(queue) => match queue.try_send(message) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_)) => {
+                    log::warn!("a task subscription's client stopped reading: ended");
+                    false
+                }
+                Err(TrySendError::Disconnected(_)) => false,
+            },
+            Sink::Shared(queue) => match queue.send_timeout(message, SHARED_WAIT) {
+                Ok(()) => true,
+                Err(SendTimeoutError::Timeout(_)) => {
+                    log::warn!("a task subscription's client stopped reading: ended");
+                    false
+                }
+                Err(SendTimeoutError::Disconnected(_)) => false,
+            },
+        }
+    }
+}
+
+/// A subscription's handle, to end it (see [`Subscriptions::close`]).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) struct ListenKey(u64);
+
+/// How a subscription ends.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Ending {
+    /// The server ends it: its result goes out (2026-07-28's graceful close).
+    Graceful,
+    /// Its client left or cancelled it: nothing more goes out.
+    Silent,
+}
+
+/// One open subscription.
+struct Listen {
+    id: RequestId,
+    state: Mutex<ListenState>,
+}
+
+struct ListenState {
+    /// False until the acknowledgement went out: nothing is sent before it.
+    acknowledged: bool,
+    /// The tasks still followed, each with a fingerprint of the state last sent.
+    followed: HashMap<TaskId, u64>,
+    /// `None` once the subscription ended.
+    sink: Option<Sink>,
+}
+
+impl Listen {
+    /// Sends `task`'s state unless the client has seen it, and stops following it once it
+    /// ended (or is gone). Called with the listen's state locked, so the states one
+    /// subscription sends are in the order the store took them.
+    fn report(&self, state: &mut ListenState, id: TaskId, detail: Result<TaskDetail, StoreError>) {
+        let Some(&last) = state.followed.get(&id) else {
+            return;
+        };
+        let detail = match detail {
+            Ok(detail) => detail,
+            Err(error) => {
+                // Gone (expired and removed): nothing more will happen to it.
+                log::debug!("task subscription {}: {id} is gone ({error})", self.id);
+                state.followed.remove(&id);
+                return;
+            }
+        };
+        let task = sep2663::detailed_task(&detail);
+        let print = fingerprint(&task);
+        if print != last {
+            state.followed.insert(id, print);
+            if !self.send(state, self.notification(task)) {
+                return;
+            }
+        }
+        if detail.task.status.is_terminal() {
+            state.followed.remove(&id);
+        }
+    }
+
+    fn notification(&self, task: Value) -> Value {
+        let mut params = match task {
+            Value::Object(object) => object,
+            _ => Map::new(),
+        };
+        params.insert("_meta".into(), self.meta());
+        jsonrpc::notification("notifications/tasks", Value::Object(params))
+    }
+
+    fn meta(&self) -> Value {
+        json!({ SUBSCRIPTION_ID_KEY: self.id })
+    }
+
+    /// Queues `message`; a subscription whose message cannot be queued is over.
+    fn send(&self, state: &mut ListenState, message: Value) -> bool {
+        let sent = state.sink.as_ref().is_some_and(|sink| sink.send(message));
+        if !sent {
+            state.sink = None;
+            state.followed.clear();
+        }
+        sent
+    }
+
+    /// Ends the subscription: `Graceful` sends its result first. Idempotent.
+    fn end(&self, state: &mut ListenState, ending: Ending) {
+        if ending == Ending::Graceful && state.sink.is_some() {
+            let result = json!({ "resultType": "complete", "_meta": self.meta() });
+            self.send(state, jsonrpc::response(&self.id, result));
+        }
+        state.sink = None;
+        state.followed.clear();
+    }
+
+    /// Ends the subscription gracefully if it follows nothing any more. True once it ended.
+    fn end_if_done(&self, state: &mut ListenState) -> bool {
+        if state.followed.is_empty() {
+            self.end(state, Ending::Graceful);
+        }
+        state.sink.is_none()
+    }
+}
+
+/// A fingerprint of a task's state as sent: equal states, equal prints.
+fn fingerprint(task: &Value) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    task.to_string().hash(&mut hasher);
+    hasher.finish()
+}
+
+#[derive(Default)]
+struct Registry {
+    next: u64,
+    by_key: HashMap<ListenKey, Arc<Listen>>,
+    by_task: HashMap<TaskId, Vec<ListenKey>>,
+}
+
+impl Registry {
+    fn forget(&mut self, key: ListenKey, tasks: impl IntoIterator<Item = TaskId>) {
+        for task in tasks {
+            if let Some(keys) = self.by_task.get_mut(&task) {
+                keys.retain(|k| *k != key);
+                if keys.is_empty() {
+                    self.by_task.remove(&task);
+                }
+            }
+        }
+    }
+
+    fn remove(&mut self, key: ListenKey) -> Option<Arc<Listen>> {
+        let listen = self.by_key.remove(&key)?;
+        self.by_task.retain(|_, keys| {
+            keys.retain(|k| *k != key);
+            !keys.is_empty()
+        });
+        Some(listen)
+    }
+}
+
+/// A connection's task subscriptions.
+#[derive(Default)]
+pub(crate) struct Subscriptions {
+    registry: Mutex<Registry>,
+    /// How many are open: store events skip the registry while there are none.
+    open: AtomicUsize,
+}
+
+/// The tasks a `subscriptions/listen` asks about: `None` when it asks about none.
+fn requested_tasks(params: Option<&Value>) -> Result<Option<Vec<String>>, RpcError> {
+    let notifications = params
+        .and_then(|p| p.get("notifications"))
+        .and_then(Value::as_object)
+        .ok_or_else(|| {
+            RpcError::invalid_params(
+                "subscriptions/listen needs params.notifications, an object naming the \
+                 notifications wanted",
+            )
+        })?;
+    let ids = match notifications.get("taskIds") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(ids)) => ids,
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "params.notifications.taskIds must be an array of task ids",
+            ))
+        }
+    };
+    if ids.len() > MAX_LISTEN_TASKS {
+        return Err(RpcError::invalid_params(format!(
+            "params.notifications.taskIds names {} tasks; at most {MAX_LISTEN_TASKS} per \
+             subscription",
+            ids.len()
+        )));
+    }
+    ids.iter()
+        .map(|id| {
+            id.as_str().map(str::to_owned).ok_or_else(|| {
+                RpcError::invalid_params("params.notifications.taskIds must hold strings only")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+impl Subscriptions {
+    /// Opens a subscription for request `id`: checks `params`, sends the acknowledgement and
+    /// then every agreed task's current state to `sink`, and ends it at once when nothing
+    /// is left to follow. An error is the request's answer; nothing was sent then.
+    /// `unique_ids`: refuse an id an open subscription has (a connection of one client).
+    pub(crate) fn open(
+        &self,
+        store: &dyn TaskStore,
+        session: Option<&SessionId>,
+        id: &RequestId,
+        params: Option<&Value>,
+        sink: Sink,
+        unique_ids: bool,
+    ) -> Result<ListenKey, RpcError> {
+        let requested = requested_tasks(params)?;
+        if requested.is_some() && !RequestMeta::of(params).declares_tasks {
+            return Err(sep2663::missing_capability(
+                "task status notifications on subscriptions/listen",
+            ));
+        }
+        let mut wanted: Vec<TaskId> = Vec::new();
+        for text in requested.iter().flatten() {
+            // An id that cannot be one of ours names no task: left out, as unknown ones are.
+            if let Some(task) = TaskId::parse(text) {
+                if !wanted.contains(&task) {
+                    wanted.push(task);
+                }
+            }
+        }
+        let listen = Arc::new(Listen {
+            id: id.clone(),
+            state: Mutex::new(ListenState {
+                acknowledged: false,
+                followed: wanted.iter().map(|&task| (task, 0)).collect(),
+                sink: Some(sink),
+            }),
+        });
+        // Registered before the tasks are looked at, so no change after that look is missed;
+        // changes reported meanwhile wait for the acknowledgement (they find the state
+        // locked, then `acknowledged`).
+        let mut state = listen.state.lock();
+        let key = {
+            let mut registry = self.registry.lock();
+            if registry.by_key.len() >= MAX_LISTENS {
+                return Err(RpcError::internal(format!(
+                    "too many open subscriptions (at most {MAX_LISTENS}): close one first"
+                )));
+            }
+            if unique_ids && registry.by_key.values().any(|open| open.id == *id) {
+                return Err(RpcError::invalid_request(format!(
+                    "request id {id} is an open subscription's"
+                )));
+            }
+            registry.next += 1;
+            let key = ListenKey(registry.next);
+            registry.by_key.insert(key, listen.clone());
+            for &task in &wanted {
+                registry.by_task.entry(task).or_default().push(key);
+            }
+            self.open.fetch_add(1, Ordering::AcqRel);
+            key
+        };
+        let details: Vec<(TaskId, Result<TaskDetail, StoreError>)> = wanted
+            .iter()
+            .map(|&task| (task, store.get_detail(task, session)))
+            .collect();
+        let agreed: Vec<String> = details
+            .iter()
+            .filter(|(_, detail)| detail.is_ok())
+            .map(|(task, _)| task.to_string())
+            .collect();
+        let mut honoured = Map::new();
+        if requested.is_some() {
+            honoured.insert("taskIds".into(), json!(agreed));
+        }
+        let ack = jsonrpc::notification(
+            "notifications/subscriptions/acknowledged",
+            json!({ "notifications": honoured, "_meta": listen.meta() }),
+        );
+        if listen.send(&mut state, ack) {
+            state.acknowledged = true;
+            for (task, detail) in details {
+                listen.report(&mut state, task, detail);
+            }
+        }
+        let ended = listen.end_if_done(&mut state);
+        let gone: Vec<TaskId> = wanted
+            .into_iter()
+            .filter(|task| !state.followed.contains_key(task))
+            .collect();
+        drop(state);
+        if ended {
+            self.remove(key);
+        } else {
+            self.registry.lock().forget(key, gone);
+        }
+        Ok(key)
+    }
+
+    /// Ends subscription `key` (its client left: `Silent`; the server stops: `Graceful`).
+    pub(crate) fn close(&self, key: ListenKey, ending: Ending) {
+        if let Some(listen) = self.remove(key) {
+            listen.end(&mut listen.state.lock(), ending);
+        }
+    }
+
+    /// Ends the subscriptions opened by request `id` (`notifications/cancelled` on a
+    /// connection of one client), sending nothing more. True if there was one.
+    pub(crate) fn cancel(&self, id: &RequestId) -> bool {
+        let keys: Vec<ListenKey> = {
+            let registry = self.registry.lock();
+            registry
+                .by_key
+                .iter()
+                .filter(|(_, listen)| listen.id == *id)
+                .map(|(key, _)| *key)
+                .collect()
+        };
+        for &key in &keys {
+            self.close(key, Ending::Silent);
+        }
+        !keys.is_empty()
+    }
+
+    /// Ends every subscription (the connection closes, or the server stops).
+    pub(crate) fn close_all(&self, ending: Ending) {
+        let keys: Vec<ListenKey> = self.registry.lock().by_key.keys().copied().collect();
+        for key in keys {
+            self.close(key, ending);
+        }
+    }
+
+    /// Reports a store event of the connection's own tasks (or a lag, after which every
+    /// followed task is looked at again).
+    pub(crate) fn on_event(
+        &self,
+        store: &dyn TaskStore,
+        session: Option<&SessionId>,
+        event: &StoreEvent,
+    ) {
+        if self.open.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        match event {
+            StoreEvent::Status { task, .. } => self.refresh(store, session, task.task_id),
+            StoreEvent::Expired { task_id, .. } => self.refresh(store, session, *task_id),
+            StoreEvent::Lagged { .. } => {
+                let tasks: Vec<TaskId> = self.registry.lock().by_task.keys().copied().collect();
+                for task in tasks {
+                    self.refresh(store, session, task);
+                }
+            }
+            StoreEvent::Created { .. } => {}
+        }
+    }
+
+    /// Sends `task`'s state to each subscription following it.
+    fn refresh(&self, store: &dyn TaskStore, session: Option<&SessionId>, task: TaskId) {
+        let listens: Vec<(ListenKey, Arc<Listen>)> = {
+            let registry = self.registry.lock();
+            let Some(keys) = registry.by_task.get(&task) else {
+                return;
+            };
+            keys.iter()
+                .filter_map(|key| Some((*key, registry.by_key.get(key)?.clone())))
+                .collect()
+        };
+        for (key, listen) in listens {
+            let (ended, followed) = {
+                let mut state = listen.state.lock();
+                if !state.acknowledged {
+                    // Its opening sends the current state once acknowledged.
+                    continue;
+                }
+                // Looked up with the state locked: two reports of one subscription cannot
+                // cross, so a client never sees a task go back to an older state.
+                listen.report(&mut state, task, store.get_detail(task, session));
+                let followed = state.followed.contains_key(&task);
+                (listen.end_if_done(&mut state), followed)
+            };
+            if ended {
+                self.remove(key);
+            } else if !followed {
+                self.registry.lock().forget(key, [task]);
+            }
+        }
+    }
+
+    fn remove(&self, key: ListenKey) -> Option<Arc<Listen>> {
+        let listen = self.registry.lock().remove(key)?;
+        self.open.fetch_sub(1, Ordering::AcqRel);
+        Some(listen)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CreateTask, TaskStatus};
+    use crate::Store;
+
+    fn declared(task_ids: &[TaskId]) -> Value {
+        let ids: Vec<String> = task_ids.iter().map(TaskId::to_string).collect();
+        json!({
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": sep2663::PROTOCOL_VERSION,
+                "io.modelcontextprotocol/clientCapabilities":
+                    {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+            },
+            "notifications": {"taskIds": ids},
+        })
+    }
+
+    fn status_event(store: &dyn TaskStore, id: TaskId) -> StoreEvent {
+        StoreEvent::Status {
+            task: store.get(id, None).unwrap(),
+            session: None,
+        }
+    }
+
+    #[test]
+    fn a_subscription_whose_client_stops_reading_ends_without_a_word() {
+        let store = Store::builder().build().unwrap();
+        let handle = store.handle();
+        let tasks: Vec<TaskId> = (0..2)
+            .map(|_| handle.create(CreateTask::new()).unwrap().task_id)
+            .collect();
+        let subscriptions = Subscriptions::default();
+        // Room for the acknowledgement and the first state only.
+        let (queue, messages) = crossbeam_channel::bounded(2);
+        let id = RequestId::Number(1);
+        let params = declared(&tasks);
+        subscriptions
+            .open(&handle, None, &id, Some(&params), Sink::Own(queue), false)
+            .unwrap();
+        let sent: Vec<Value> = messages.try_iter().collect();
+        assert_eq!(sent.len(), 2, "{sent:#?}");
+        // The second task's state found no room: the subscription is over, and the queue's
+        // sender is gone (an HTTP stream then ends).
+        assert_eq!(subscriptions.open.load(Ordering::Acquire), 0);
+        assert!(messages.recv().is_err(), "no result, no more messages");
+        handle
+            .update_status(tasks[0], None, TaskStatus::Cancelled, None)
+            .ok();
+        subscriptions.on_event(&handle, None, &status_event(&handle, tasks[0]));
+        assert!(subscriptions.registry.lock().by_task.is_empty());
+    }
+
+    #[test]
+    fn an_ended_subscription_leaves_nothing_registered() {
+        let store = Store::builder().build().unwrap();
+        let handle = store.handle();
+        let task = handle.create(CreateTask::new()).unwrap().task_id;
+        let subscriptions = Subscriptions::default();
+        let (queue, messages) = crossbeam_channel::unbounded();
+        let params = declared(&[task, task]);
+        for n in 0..3 {
+            let sink = Sink::Own(queue.clone());
+            let id = RequestId::Number(n);
+            subscriptions
+                .open(&handle, None, &id, Some(&params), sink, true)
+                .unwrap();
+        }
+        assert_eq!(subscriptions.registry.lock().by_task[&task].len(), 3);
+        handle.cancel(task, None, None).unwrap();
+        subscriptions.on_event(&handle, None, &status_event(&handle, task));
+        // Each sent its acknowledgement, two states and its result.
+        assert_eq!(messages.try_iter().count(), 3 * 4);
+        let registry = subscriptions.registry.lock();
+        assert!(registry.by_key.is_empty() && registry.by_task.is_empty());
+        assert_eq!(subscriptions.open.load(Ordering::Acquire), 0);
+    }
+}
