@@ -85,7 +85,11 @@ const METHODS_SEP: &[&str] = &[
     "tasks/get",
     "tasks/update",
     "tasks/cancel",
+    "subscriptions/listen",
 ];
+
+/// The `_meta` key naming the subscription a message belongs to.
+const SUBSCRIPTION_KEY: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// The tools offered: the demo tools that finish quickly when given small numbers (not
 /// `failing_job` and `protocol_error_job`, which take a fixed 0.3-1 s), and two that fail.
@@ -458,16 +462,50 @@ impl Harness {
         }
     }
 
-    /// Every message the server sent on its own is a well-formed request or notification.
+    /// Every message the server sent on its own is a well-formed request or notification,
+    /// or the result that ends a task subscription; a subscription's messages come after
+    /// its acknowledgement and before its result.
     fn check_outgoing(&mut self) -> Result<(), TestCaseError> {
         self.read_server();
         self.decline_all();
+        // Subscriptions acknowledged and not ended yet, by id (one may also end silently,
+        // cancelled by its client, and its id be used again).
+        let mut open: Vec<&Value> = Vec::new();
         for message in &self.from_server {
             prop_assert_eq!(&message["jsonrpc"], "2.0", "{}", message);
-            prop_assert!(message["method"].is_string(), "{}", message);
-            if message["method"] == "notifications/tasks/status" {
-                prop_assert!(message["params"]["taskId"].is_string(), "{}", message);
-                prop_assert!(message["params"]["status"].is_string(), "{}", message);
+            let subscription = &message["params"]["_meta"][SUBSCRIPTION_KEY];
+            match message["method"].as_str() {
+                Some("notifications/tasks/status") => {
+                    prop_assert!(message["params"]["taskId"].is_string(), "{}", message);
+                    prop_assert!(message["params"]["status"].is_string(), "{}", message);
+                }
+                Some("notifications/subscriptions/acknowledged") => {
+                    prop_assert!(!subscription.is_null(), "{}", message);
+                    let agreed = &message["params"]["notifications"];
+                    prop_assert!(agreed.is_object(), "{}", message);
+                    prop_assert!(
+                        agreed.as_object().unwrap().keys().all(|k| k == "taskIds"),
+                        "only task notifications are served: {}",
+                        message
+                    );
+                    if !open.contains(&subscription) {
+                        open.push(subscription);
+                    }
+                }
+                Some("notifications/tasks") => {
+                    prop_assert!(open.contains(&subscription), "{}", message);
+                    check_task(&message["params"], true)
+                        .map_err(|why| TestCaseError::fail(format!("{why}: {message}")))?;
+                }
+                Some(_) => {}
+                None => {
+                    // Only a subscription's end answers a request here.
+                    let id = &message["id"];
+                    let ending = json!({"resultType": "complete", "_meta": {SUBSCRIPTION_KEY: id}});
+                    prop_assert_eq!(&message["result"], &ending, "{}", message);
+                    prop_assert!(open.contains(&id), "an end before its start: {}", message);
+                    open.retain(|o| *o != id);
+                }
             }
         }
         Ok(())
@@ -543,9 +581,15 @@ fn check_request(
     };
     if answer.is_null() {
         // No response only for a request its client cancelled, and only for the requests
-        // that can still be running when the cancel arrives.
+        // that can still be running when the cancel arrives; or for a task subscription,
+        // whose messages, and in the end its result, go out on their own (checked there).
+        let sep = params
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(VERSION_KEY))
+            == Some(&json!(SEP_VERSION));
         prop_assert!(
-            cancelled_later && matches!(method, "tools/call" | "tasks/result"),
+            (cancelled_later && matches!(method, "tools/call" | "tasks/result"))
+                || (sep && method == "subscriptions/listen"),
             "request {} {} got no response",
             id,
             method
@@ -701,6 +745,8 @@ fn check_result(
             "tasks/update" | "tasks/cancel" if result != &json!({"resultType": "complete"}) => {
                 return Err("not an empty acknowledgement".into())
             }
+            // Its result ends the subscription, among the messages sent on their own.
+            "subscriptions/listen" => return Err("a subscription answered at once".into()),
             _ => {}
         }
         if method.starts_with("tasks/") && result_type != "complete" {
@@ -1480,6 +1526,26 @@ fn tasks_request(rev: Rev) -> BoxedStrategy<Value> {
         .boxed()
 }
 
+/// A `subscriptions/listen` naming tasks (mostly real ones), or with a broken filter.
+fn listen(rev: Rev) -> BoxedStrategy<Value> {
+    let meta_weight = if rev == Rev::Sep2663 { 0.9 } else { 0.2 };
+    let filter = prop_oneof![
+        4 => prop::collection::vec(task_id(), 0..4).prop_map(|ids| json!({"taskIds": ids})),
+        1 => Just(json!({"toolsListChanged": true})),
+        1 => any_json(),
+    ];
+    (
+        0i64..6,
+        prop::option::weighted(0.9, filter),
+        prop::option::weighted(meta_weight, meta(rev)),
+    )
+        .prop_map(|(id, notifications, meta)| {
+            json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+                   "params": object(vec![("notifications", notifications), ("_meta", meta)])})
+        })
+        .boxed()
+}
+
 /// `notifications/cancelled` for one of the ids the other generators use.
 fn cancel() -> BoxedStrategy<Value> {
     (
@@ -1544,6 +1610,7 @@ fn message(rev: Rev) -> BoxedStrategy<Msg> {
         6 => (general(rev), mangle()).prop_map(|(v, m)| Msg::Json(v, m)),
         3 => (call(rev), mangle()).prop_map(|(v, m)| Msg::Json(v, m)),
         3 => (tasks_request(rev), mangle()).prop_map(|(v, m)| Msg::Json(v, m)),
+        1 => (listen(rev), mangle()).prop_map(|(v, m)| Msg::Json(v, m)),
         1 => cancel().prop_map(|v| Msg::Json(v, None)),
         1 => client_response().prop_map(|v| Msg::Json(v, None)),
         1 => raw_line().prop_map(Msg::Raw),

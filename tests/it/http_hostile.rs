@@ -1344,6 +1344,12 @@ fn bodies() -> Vec<Value> {
             "params": {"name": "ünïcödé tool", "_meta": sep(true)}}),
         json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
             "params": {"requestId": 1, "_meta": sep(true)}}),
+        // Task subscriptions refused (a JSON answer; one accepted answers with an event
+        // stream of its own, which http.rs tests).
+        json!({"jsonrpc": "2.0", "id": 28, "method": "subscriptions/listen",
+            "params": {"notifications": {"taskIds": []}, "_meta": sep(false)}}),
+        json!({"jsonrpc": "2.0", "id": 29, "method": "subscriptions/listen",
+            "params": {"notifications": {"taskIds": "x"}, "_meta": sep(true)}}),
     ]
 }
 

@@ -210,6 +210,8 @@ fn conversations() {
         json!({"jsonrpc": "2.0", "id": 6, "method": "tasks/cancel", "params": {"taskId": "$TASK", "_meta": sep_meta}}),
         json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "must", "arguments": {}, "_meta": sep_meta}}),
         json!({"jsonrpc": "2.0", "id": 8, "method": "subscriptions/listen", "params": {"_meta": sep_meta}}),
+        json!({"jsonrpc": "2.0", "id": "l", "method": "subscriptions/listen", "params": {"notifications": {"taskIds": ["$TASK"]}, "_meta": sep_meta}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "l"}}),
     ];
     let lines = |messages: &[serde_json::Value]| {
         messages
