@@ -94,7 +94,9 @@ async function connect() {
   const transport = new StdioClientTransport({ command: SERVER, args: [], stderr: "pipe" });
   transport.stderr?.on("data", (d) => { stderr.push(String(d)); if (VERBOSE) process.stderr.write(`[server] ${d}`); });
   const client = new Client(CLIENT_INFO, {
-    capabilities: CLIENT_CAPABILITIES,
+    // The client's own requests (subscriptions/listen) declare the extension too: a task
+    // subscription needs it.
+    capabilities: { ...CLIENT_CAPABILITIES, extensions: { [EXT]: {} } },
     versionNegotiation: { mode: { pin: PROTOCOL_VERSION }, probe: { timeoutMs: 10_000 } },
   });
   try {
@@ -262,6 +264,70 @@ test("failure semantics: protocol_error_job (JSON-RPC error) ends failed with th
   assert.equal(typeof view.raw.error?.code, "number", "tasks/get inlines error.code");
   assert.equal(typeof view.raw.error?.message, "string", "tasks/get inlines error.message");
   assert.equal(view.raw.result, undefined, "no result on a failed task");
+});
+
+// subscriptions/listen (2026-07-28) with notifications.taskIds: the official client's listen()
+// opens the subscription; the server acknowledges the task, pushes its full state
+// (notifications/tasks, which ext-tasks parses and applies to the execution), and ends the
+// subscription gracefully (its result) once the task ended.
+function recordInbound() {
+  const transport = conn.client.transport;
+  const inbound = [];
+  const onmessage = transport.onmessage;
+  transport.onmessage = (message, extra) => { inbound.push(message); onmessage.call(transport, message, extra); };
+  return { inbound, restore: () => { transport.onmessage = onmessage; } };
+}
+
+const SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId";
+
+test("listen: task states are pushed on the official client's subscription until the task ends", async () => {
+  const execution = await conn.session.callTool("sleep", { ms: 600_000 });
+  const taskId = execution.handle?.taskId;
+  assert.ok(taskId, "sleep{ms:600000} must create a task");
+  const { inbound, restore } = recordInbound();
+  try {
+    const subscription = await conn.client.listen({ taskIds: [taskId] });
+    const ack = inbound.find((m) => m.method === "notifications/subscriptions/acknowledged");
+    assert.ok(ack, "the acknowledgement came first");
+    const listenId = ack.params._meta[SUBSCRIPTION_ID];
+    assert.match(String(listenId), /^listen:/, "subscriptionId is the listen request's id");
+    assert.deepEqual(ack.params.notifications, { taskIds: [taskId] }, "the task is agreed");
+    const pushed = () => inbound.filter((m) => m.method === "notifications/tasks" && m.params?._meta?.[SUBSCRIPTION_ID] === listenId);
+    await until("the task's current state", async () => ({ done: pushed().length >= 1, value: pushed() }));
+    assert.equal(pushed()[0].params.taskId, taskId);
+    assert.equal(pushed()[0].params.status, "working");
+
+    await execution.cancel();
+    const how = await Promise.race([subscription.closed, sleep(10_000).then(() => "timed out")]);
+    assert.equal(how, "graceful", "the server ends the subscription with its result once the task ended");
+    const last = pushed().at(-1);
+    assert.equal(last.params.status, "cancelled", `last state pushed: ${JSON.stringify(last)}`);
+    const result = inbound.find((m) => m.id === listenId && "result" in m);
+    assert.deepEqual(result.result, { resultType: "complete", _meta: { [SUBSCRIPTION_ID]: listenId } });
+  } finally {
+    restore();
+  }
+});
+
+test("listen: a subscription the client closes gets nothing more", async () => {
+  const execution = await conn.session.callTool("sleep", { ms: 600_000 });
+  const taskId = execution.handle.taskId;
+  const { inbound, restore } = recordInbound();
+  try {
+    const first = await conn.client.listen({ taskIds: [taskId] });
+    const firstId = inbound.find((m) => m.method === "notifications/subscriptions/acknowledged").params._meta[SUBSCRIPTION_ID];
+    await first.close(); // notifications/cancelled for the listen id
+    assert.equal(await first.closed, "local");
+    await execution.cancel();
+    await snapshotUntil(taskId, (v) => v.status === "cancelled", "the task to be cancelled");
+    // A new subscription to the ended task: its state, then its result.
+    const second = await conn.client.listen({ taskIds: [taskId] });
+    assert.equal(await Promise.race([second.closed, sleep(10_000).then(() => "timed out")]), "graceful");
+    const afterClose = inbound.filter((m) => m.params?._meta?.[SUBSCRIPTION_ID] === firstId && m.params?.status === "cancelled");
+    assert.deepEqual(afterClose, [], "nothing for the closed subscription");
+  } finally {
+    restore();
+  }
 });
 
 test("no background errors reported by ext-tasks", () => {
