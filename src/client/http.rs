@@ -1578,6 +1578,10 @@ impl Transport for HttpTransport {
         self.inner.open.abandon(id);
     }
 
+    fn abandon_ends_exchange(&self) -> bool {
+        true
+    }
+
     /// POSTs a notification or an answer: within the request timeout, and done once the
     /// status says it was accepted. The body of a 2xx (the server should send none, but
     /// may send an event stream that never ends) is not read: the connection is closed

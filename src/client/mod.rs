@@ -21,7 +21,9 @@
 //!   tasks extension in its `_meta`, and the server decides whether a call becomes a task.
 //!   A call answered `input_required` (multi-round-trip) is answered through the handlers
 //!   and repeated with `inputResponses`; a task's `inputRequests` are answered with
-//!   `tasks/update`.
+//!   `tasks/update`. A followed task is also subscribed to (`subscriptions/listen`), and
+//!   each `notifications/tasks` about it brings the next poll forward (see
+//!   [`ClientBuilder::task_notifications`]).
 //!
 //! ```no_run
 //! use mcp_task_store::client::Client;
@@ -109,6 +111,9 @@ struct Config {
     client_version: String,
     /// Capabilities declared without a handler (see [`ClientBuilder::declare`]).
     declared: Map<String, Value>,
+    /// SEP-2663: subscribe to a followed task's status notifications (see
+    /// [`ClientBuilder::task_notifications`]).
+    task_notifications: bool,
 }
 
 /// Configures and connects a [`Client`].
@@ -140,6 +145,7 @@ impl Default for ClientBuilder {
                 client_name: env!("CARGO_PKG_NAME").to_owned(),
                 client_version: env!("CARGO_PKG_VERSION").to_owned(),
                 declared: Map::new(),
+                task_notifications: true,
             },
             handlers: Handlers::default(),
         }
@@ -151,6 +157,17 @@ impl ClientBuilder {
     /// [`Revision::Sep2663`] (`server/discover`, the tasks extension on protocol 2026-07-28).
     pub fn revision(mut self, revision: Revision) -> Self {
         self.config.revision = revision;
+        self
+    }
+
+    /// SEP-2663: whether a followed task is also watched through the server's status
+    /// notifications (on by default). The client then opens a `subscriptions/listen` for
+    /// the task and looks at it (`tasks/get`) as soon as the server says it changed,
+    /// instead of only at the next poll; it still polls at the server's interval, and a
+    /// server without task notifications (it refuses the subscription) is only polled.
+    /// The subscription ends with the task (over HTTP it holds a connection meanwhile).
+    pub fn task_notifications(mut self, on: bool) -> Self {
+        self.config.task_notifications = on;
         self
     }
 
@@ -1272,11 +1289,12 @@ impl Client {
         let mut interval = None;
         let mut poll_failures = 0;
         let mut update_failures = 0;
+        let watch = TaskWatch::new(self, &id);
         loop {
             if follow.deadline_at().is_some_and(|d| Instant::now() >= d) {
                 return self.deadline_passed(&id, follow);
             }
-            sleep_until(follow.wake(self.interval(&task, &mut interval)));
+            watch.sleep_until(follow.wake(self.interval(&task, &mut interval)));
             let polled = match self.poll_task(&id, follow) {
                 Ok(polled) => polled,
                 Err(failure) => {
@@ -1456,6 +1474,68 @@ enum Failure {
 /// Sleeps until `wake` (at once if it passed).
 fn sleep_until(wake: Instant) {
     std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+}
+
+/// A SEP-2663 task followed through the server's status notifications as well as polls
+/// (see [`ClientBuilder::task_notifications`]): a `subscriptions/listen` for it, and a
+/// wake-up for each `notifications/tasks` about it. Dropped, it ends the subscription if
+/// the server has not (it does once the task ended).
+struct TaskWatch<'c> {
+    client: &'c Client,
+    task_id: String,
+    key: u64,
+    woken: crossbeam_channel::Receiver<()>,
+    /// The subscription's request: answered when it ends (or at once, with an error, by
+    /// a server without task notifications).
+    listen: Option<InFlight>,
+}
+
+impl<'c> TaskWatch<'c> {
+    fn new(client: &'c Client, task_id: &str) -> TaskWatch<'c> {
+        let (key, woken) = client.inner.shared.watch_task(task_id);
+        let listen = if client.inner.config.task_notifications {
+            let filter = json!({ "notifications": { "taskIds": [task_id] } });
+            client.start("subscriptions/listen", filter).ok()
+        } else {
+            None
+        };
+        TaskWatch {
+            client,
+            task_id: task_id.to_owned(),
+            key,
+            woken,
+            listen,
+        }
+    }
+
+    /// Sleeps until `wake`, or until the server says the task changed.
+    fn sleep_until(&self, wake: Instant) {
+        if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) =
+            self.woken.recv_deadline(wake)
+        {
+            sleep_until(wake);
+        }
+    }
+}
+
+impl Drop for TaskWatch<'_> {
+    fn drop(&mut self) {
+        let client = self.client;
+        client.inner.shared.unwatch_task(&self.task_id, self.key);
+        let Some(listen) = self.listen.take() else {
+            return;
+        };
+        if listen.pending.try_recv().is_ok() {
+            // Ended (or refused) already.
+            return;
+        }
+        client.forget(&listen.id);
+        if !client.inner.transport.abandon_ends_exchange() {
+            let cancel = json!({ "requestId": listen.id });
+            let _ = (client.inner.transport)
+                .send(jsonrpc::notification("notifications/cancelled", cancel));
+        }
+    }
 }
 
 /// The outcome of a 2025-11-25 call whose task ended `task.status`, given its

@@ -78,6 +78,9 @@ pub(crate) struct TaskInputs {
 /// busy"): a server must not make the client hold its requests without bound.
 pub const MAX_QUEUED_SERVER_REQUESTS: usize = 1024;
 
+/// One follower of a task: its key, and the channel that wakes it.
+type TaskWatcher = (u64, Sender<()>);
+
 /// "Client busy" answers that may wait to be sent before the next refused requests are
 /// dropped without one (a server sending requests faster than the answers can go).
 const MAX_QUEUED_REFUSALS: usize = 256;
@@ -99,6 +102,10 @@ pub(crate) struct Shared {
     /// How many `notifications/tools/list_changed` the server sent: a tool list fetched
     /// under an older count may be out of date.
     tools_generation: AtomicU64,
+    /// Followers of SEP-2663 tasks, by task id, each woken by a `notifications/tasks`
+    /// about its task (see [`watch_task`](Self::watch_task)).
+    task_watchers: Mutex<HashMap<String, Vec<TaskWatcher>>>,
+    next_watcher: AtomicU64,
 }
 
 /// How many of the server's latest request ids are remembered, to drop a repeat of one;
@@ -188,8 +195,48 @@ impl Shared {
             stopped,
             inputs: Mutex::new(Inputs::default()),
             tools_generation: AtomicU64::new(0),
+            task_watchers: Mutex::new(HashMap::new()),
+            next_watcher: AtomicU64::new(0),
         });
         (shared, jobs)
+    }
+
+    /// Wakes the returned receiver whenever a `notifications/tasks` about `task_id`
+    /// arrives (many notifications between two looks wake it once), until
+    /// [`unwatch_task`](Self::unwatch_task) with the returned key.
+    pub(crate) fn watch_task(&self, task_id: &str) -> (u64, Receiver<()>) {
+        let key = self.next_watcher.fetch_add(1, Ordering::Relaxed);
+        let (wake, woken) = crossbeam_channel::bounded(1);
+        let mut watchers = self.task_watchers.lock();
+        watchers
+            .entry(task_id.to_owned())
+            .or_default()
+            .push((key, wake));
+        (key, woken)
+    }
+
+    /// Ends [`watch_task`](Self::watch_task)'s watch `key` of `task_id`.
+    pub(crate) fn unwatch_task(&self, task_id: &str, key: u64) {
+        let mut watchers = self.task_watchers.lock();
+        if let Some(list) = watchers.get_mut(task_id) {
+            list.retain(|(k, _)| *k != key);
+            if list.is_empty() {
+                watchers.remove(task_id);
+            }
+        }
+    }
+
+    /// A `notifications/tasks` came: its task's followers look at it now.
+    fn wake_task(&self, params: Option<&Value>) {
+        let Some(task_id) = params.and_then(|p| p.get("taskId")).and_then(Value::as_str) else {
+            return;
+        };
+        if let Some(list) = self.task_watchers.lock().get(task_id) {
+            for (_, wake) in list {
+                // Full: a wake-up is already due, which will see this change too.
+                let _ = wake.try_send(());
+            }
+        }
     }
 
     /// A fresh request id with a slot for its response; fails once the connection closed.
@@ -234,7 +281,8 @@ impl Shared {
     /// Routes a message from the server that came in HTTP `session` (`None`: no session,
     /// or stdio): responses to their waiting request, requests to the dispatcher; of the
     /// notifications, `notifications/tools/list_changed` marks the tools the client knows
-    /// as stale, the others are only logged. A request from a session a renewal replaced
+    /// as stale and `notifications/tasks` wakes its task's followers, the others are only
+    /// logged. A request from a session a renewal replaced
     /// is dropped: that session and its tasks are gone, and its request ids could repeat
     /// the new session's. A request that finds [`MAX_QUEUED_SERVER_REQUESTS`] already
     /// waiting for the dispatcher is refused ("client busy", sent by a thread of its own:
@@ -289,8 +337,12 @@ impl Shared {
             }
             Message::Notification(notification) => {
                 log::debug!("mcp client: notification {}", notification.method);
-                if notification.method == "notifications/tools/list_changed" {
-                    self.tools_generation.fetch_add(1, Ordering::SeqCst);
+                match notification.method.as_str() {
+                    "notifications/tools/list_changed" => {
+                        self.tools_generation.fetch_add(1, Ordering::SeqCst);
+                    }
+                    "notifications/tasks" => self.wake_task(notification.params.as_ref()),
+                    _ => {}
                 }
             }
         }
@@ -483,6 +535,13 @@ pub(crate) trait Transport: Send + Sync {
     /// Request `id` is no longer waited for (it was forgotten): whatever its exchange
     /// still holds (an HTTP connection and its thread) may go.
     fn abandon(&self, _id: &RequestId) {}
+    /// Whether [`abandon`](Self::abandon) ends the request's exchange for the server too
+    /// (HTTP: its connection closes). Where it does not (stdio, one shared stream), a
+    /// request that goes on until cancelled, such as `subscriptions/listen`, needs
+    /// `notifications/cancelled`.
+    fn abandon_ends_exchange(&self) -> bool {
+        false
+    }
     /// Called once the handshake is done (HTTP 2025-11-25 opens its event stream here).
     fn ready(&self) {}
     /// Ends the connection (the client is being dropped).

@@ -715,3 +715,92 @@ fn declared_extensions_go_along_with_the_tasks_extension_on_sep2663() {
         );
     }
 }
+
+/// A SEP-2663 client on a server that suggests polling once an hour.
+fn connect_slow_polling(target: Target, builder: ClientBuilder) -> Session {
+    let builder = builder
+        .revision(Revision::Sep2663)
+        .poll_interval(Duration::from_secs(3600))
+        .max_poll_interval(Duration::from_secs(3600));
+    match target {
+        Target::Stdio(_) => {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-task-server"));
+            command
+                .args(["--poll-interval", "1h", "--log", "warn"])
+                .stderr(Stdio::null());
+            Session {
+                client: builder.connect_stdio(command).unwrap(),
+                #[cfg(feature = "http")]
+                _http: None,
+            }
+        }
+        #[cfg(feature = "http")]
+        Target::Http(_) => {
+            use mcp_task_store::server::{demo, HttpOptions, HttpServer, Server};
+            let config = mcp_task_store::StoreConfig {
+                poll_interval: Duration::from_secs(3600),
+                ..Default::default()
+            };
+            let mut server = Server::builder().store_config(config);
+            for tool in demo::tools() {
+                server = server.tool(tool);
+            }
+            let http = HttpServer::bind(
+                server.build().unwrap(),
+                "127.0.0.1:0",
+                HttpOptions::default(),
+            )
+            .unwrap();
+            let url = format!("http://{}/mcp", http.local_addr());
+            Session {
+                client: builder.connect_http(&url).unwrap(),
+                _http: Some(http),
+            }
+        }
+        Target::Reference => unreachable!("2025-11-25 only"),
+    }
+}
+
+#[test]
+fn a_sep2663_client_looks_at_its_task_as_soon_as_the_server_says_it_changed() {
+    for target in sep2663_targets() {
+        // Polling alone would look again in an hour: the calls would hang.
+        let client = connect_slow_polling(target, Client::builder());
+        let (done, results) = crossbeam_channel::bounded(2);
+        std::thread::spawn(move || {
+            // The first task's subscription ended with it: the second is followed alike.
+            for ms in [100, 0] {
+                let outcome = client.call_tool("sleep_required", json!({ "ms": ms }));
+                done.send(outcome.map(|r| text(&r).to_owned())).unwrap();
+            }
+        });
+        for ms in [100, 0] {
+            let outcome = results
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|_| panic!("{target:?}: the call waits for its next poll"));
+            assert_eq!(outcome.unwrap(), format!("slept {ms} ms"), "{target:?}");
+        }
+    }
+}
+
+#[test]
+fn without_task_notifications_a_sep2663_client_only_polls() {
+    for target in sep2663_targets() {
+        let builder = Client::builder()
+            .task_notifications(false)
+            .deadline(Duration::from_millis(300));
+        let client = connect_slow_polling(target, builder);
+        // No poll is due before the deadline: the call ends there, its task cancelled.
+        let outcome = client.call_tool("sleep_required", json!({ "ms": 2000 }));
+        assert!(
+            matches!(
+                outcome,
+                Err(ClientError::Deadline {
+                    cancelled: true,
+                    ..
+                })
+            ),
+            "{target:?}: {outcome:?}"
+        );
+    }
+}
