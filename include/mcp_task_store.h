@@ -302,9 +302,10 @@ void mcpts_handle_free(mcpts_handle *handle);
  * `pollInterval`). The task is visible to [`mcpts_handle_get`] before this returns.
  *
  * `request_json` (`request_len` bytes) is an object with optional fields `ttl` (requested
- * retention in ms; absent, `null` or 0 take the store's default, `max_ttl` caps it),
- * `session` (string; absent or `null` for a sessionless task) and `origin` (any JSON,
- * kept with the task, e.g. the originating JSON-RPC request). `{}` is a valid request.
+ * retention in ms; absent, `null` or 0 take the store's default, `max_ttl` caps it,
+ * 100 years at most), `session` (string; absent or `null` for a sessionless task) and
+ * `origin` (any JSON, kept with the task, e.g. the originating JSON-RPC request). `{}` is
+ * a valid request.
  *
  * Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (wrong shape or unknown
  * field), `LIMIT_EXCEEDED`, `CLOSED`.

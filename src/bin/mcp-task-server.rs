@@ -26,8 +26,9 @@ Store settings (durations take units: 500ms, 90s, 10m, 2h):
     --default-ttl DURATION|none    TTL of tasks that request none; with none they get the
                                    cap [default: 1h, or the cap if lower]
     --max-ttl DURATION|none        cap on every task's TTL, requested or not; none: no cap
-                                   (with --default-ttl none too, tasks that ask for no TTL
-                                   are kept for good) [default: 24h, or --default-ttl if
+                                   but the built-in 100 years on a requested TTL (with
+                                   --default-ttl none too, tasks that ask for no TTL are
+                                   kept for good) [default: 24h, or --default-ttl if
                                    longer]
     --poll-interval DURATION       polling interval suggested to clients [default: 1s]
     --page-size N                  tasks per tasks/list page [default: 100]

@@ -14,9 +14,10 @@
 //!
 //! Every field is optional (`{}` is the default configuration) and `null` means "not set"
 //! (the default, which for `default_ttl`, `max_ttl`, `max_tasks` and
-//! `max_tasks_per_session` is "no limit"). Durations are humantime strings ("90s", "10m",
-//! "1h 30m") or integer milliseconds. `expiry` is `"fail"` (default, 30 s grace),
-//! `"remove"`, or `{"policy": "fail", "grace": <duration>}`. Unknown fields are rejected.
+//! `max_tasks_per_session` is "no limit"; a requested TTL is still cut to 100 years).
+//! Durations are humantime strings ("90s", "10m", "1h 30m") or integer milliseconds.
+//! `expiry` is `"fail"` (default, 30 s grace), `"remove"`, or
+//! `{"policy": "fail", "grace": <duration>}`. Unknown fields are rejected.
 
 use std::fmt;
 use std::time::Duration;

@@ -33,7 +33,8 @@ impl Default for ExpiryPolicy {
 pub struct StoreConfig {
     /// TTL for tasks that request none; `None` means unlimited (still capped by `max_ttl`).
     pub default_ttl: Option<Duration>,
-    /// Cap on every task's TTL, including tasks that requested none; `None` means no cap.
+    /// Cap on every task's TTL, including tasks that requested none; `None` means no cap
+    /// beyond [`MAX_DURATION`](Self::MAX_DURATION), which a requested TTL never exceeds.
     pub max_ttl: Option<Duration>,
     /// Suggested polling interval copied onto every task (default 1 s).
     pub poll_interval: Duration,
@@ -69,9 +70,10 @@ impl Default for StoreConfig {
     }
 }
 
-/// Longest TTL or interval the store accepts: 100 years, far beyond any sane use, small
-/// enough that millisecond arithmetic never overflows.
-const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+/// See [`StoreConfig::MAX_DURATION`].
+const MAX_DURATION: Duration = StoreConfig::MAX_DURATION;
+/// [`MAX_DURATION`] in milliseconds.
+const MAX_DURATION_MS: u64 = MAX_DURATION.as_secs() * 1000;
 /// Largest page the store will build in one command.
 const MAX_PAGE_SIZE: usize = 100_000;
 /// Largest buffer per subscriber. A bounded channel allocates all its slots up front (a
@@ -80,6 +82,14 @@ const MAX_PAGE_SIZE: usize = 100_000;
 const MAX_EVENT_BUFFER: usize = 1 << 16;
 
 impl StoreConfig {
+    /// The longest duration the store accepts or grants: 100 years (3,153,600,000,000 ms).
+    /// Configured TTLs, grace and poll interval above it are refused; a TTL a client
+    /// requests above it (up to `u64::MAX` ms on the wire) is cut to it, also when no
+    /// `max_ttl` is set, and the task reports the TTL it got. Far beyond any sane use, it
+    /// keeps deadline arithmetic far from overflow and every `ttl` / `ttlMs` the store
+    /// sends exact in a JavaScript number (below 2^53).
+    pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
     /// Checks every field; the error names the first offending one.
     pub fn validate(&self) -> Result<(), StoreError> {
         fn bad(field: &'static str, reason: impl Into<String>) -> Result<(), StoreError> {
@@ -142,14 +152,21 @@ impl StoreConfig {
     }
 
     /// The TTL a task gets, in ms: the request (0 counts as none), else the default, capped
-    /// by the maximum. `None` is unlimited.
+    /// by `max_ttl`, or by [`MAX_DURATION`](Self::MAX_DURATION) without one. `None` is
+    /// unlimited (no TTL requested, no default, no `max_ttl`).
     pub fn resolve_ttl(&self, requested_ms: Option<u64>) -> Option<u64> {
         let default = self.default_ttl.map(duration_ms);
         let wanted = requested_ms.filter(|&ms| ms > 0).or(default);
-        match (wanted, self.max_ttl.map(duration_ms)) {
-            (Some(w), Some(max)) => Some(w.min(max)),
-            (None, Some(max)) => Some(max),
-            (w, None) => w,
+        self.cap_ttl(wanted)
+    }
+
+    /// `ttl` capped by `max_ttl` (which also gives a task without one its TTL), or by
+    /// [`MAX_DURATION`](Self::MAX_DURATION) without one.
+    pub(crate) fn cap_ttl(&self, ttl: Option<u64>) -> Option<u64> {
+        match (ttl, self.max_ttl.map(duration_ms)) {
+            (Some(ttl), Some(max)) => Some(ttl.min(max)),
+            (None, max) => max,
+            (Some(ttl), None) => Some(ttl.min(MAX_DURATION_MS)),
         }
     }
 }

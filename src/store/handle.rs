@@ -81,7 +81,8 @@ impl StoreBuilder {
         self
     }
 
-    /// Cap on every task's TTL, including tasks that requested none.
+    /// Cap on every task's TTL, including tasks that requested none (default: none, but a
+    /// requested TTL never exceeds [`StoreConfig::MAX_DURATION`], 100 years).
     pub fn max_ttl(mut self, ttl: Duration) -> Self {
         self.config.max_ttl = Some(ttl);
         self

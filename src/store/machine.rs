@@ -871,7 +871,9 @@ impl<W> StoreMachine<W> {
     /// Rebuilds a machine from recovered records. TTL deadlines are recomputed from each
     /// task's wall-clock creation time, so a task whose TTL passed while the process was
     /// down expires on the first `handle_timeout(now)`; a task failed by expiry keeps the
-    /// rest of its grace; `max_ttl` caps every recovered task. Tasks still running follow
+    /// rest of its grace; `max_ttl` caps every recovered task (also one created under a
+    /// looser configuration or with no TTL; it still counts from creation), and without one
+    /// [`StoreConfig::MAX_DURATION`] caps those with a TTL. Tasks still running follow
     /// `policy`. Journaling starts enabled, and the recovery's own changes (failed and
     /// capped tasks) are pending in [`take_changes`](Self::take_changes).
     pub fn restore(
@@ -905,7 +907,7 @@ impl<W> StoreMachine<W> {
         }
         if capped > 0 {
             // Lowering max_ttl can expire many old tasks at start; say why they went.
-            log::warn!("recovery capped the TTL of {capped} tasks at max_ttl");
+            log::warn!("recovery capped the TTL of {capped} tasks at max_ttl (or 100 years)");
         }
         machine.next_seq = machine.next_seq.max(next_seq);
         // A record numbered 2^63 - 1 leaves no number for the next task.
@@ -943,7 +945,7 @@ impl<W> StoreMachine<W> {
             );
             return false;
         }
-        let ttl = self.restored_ttl(record.ttl);
+        let ttl = self.config.cap_ttl(record.ttl);
         let capped = ttl != record.ttl;
         record.ttl = ttl;
         // Wall-clock deadline -> time left -> a deadline on this process's monotonic base.
@@ -999,16 +1001,6 @@ impl<W> StoreMachine<W> {
             self.touch(record.id, Change::Updated);
         }
         capped
-    }
-
-    /// A recovered task's TTL under this configuration: `max_ttl` caps every task, also one
-    /// created under a looser configuration or with none (it still counts from creation).
-    fn restored_ttl(&self, ttl: Option<u64>) -> Option<u64> {
-        match (ttl, self.config.max_ttl.map(duration_ms)) {
-            (Some(ttl), Some(max)) => Some(ttl.min(max)),
-            (None, max) => max,
-            (ttl, None) => ttl,
-        }
     }
 
     /// A recovered task's next deadline on the wall clock, in ms: its TTL from creation, or,

@@ -348,6 +348,31 @@ fn bad_tool_calls_are_invalid_params() {
     );
 }
 
+/// A client may ask for any TTL up to `u64::MAX` ms; the store grants at most 100 years
+/// (`StoreConfig::MAX_DURATION`) even with no `max_ttl`, so the `ttl` it reports is the
+/// one it keeps and a JavaScript client reads it exactly.
+#[test]
+fn a_huge_requested_ttl_is_granted_as_100_years_and_reported_exactly() {
+    const CEILING_MS: u64 = 3_153_600_000_000;
+    let mut h = Harness::new();
+    h.initialize(json!({}));
+    for ttl in [json!(u64::MAX), json!(1u64 << 53), json!(CEILING_MS + 1)] {
+        let created = h.result(
+            "tools/call",
+            json!({"name": "sleep", "arguments": {"ms": 1}, "task": {"ttl": ttl}}),
+        );
+        assert_eq!(created["task"]["ttl"], json!(CEILING_MS), "{created}");
+        let id = created["task"]["taskId"].clone();
+        let task = h.result("tasks/get", json!({"taskId": id}));
+        assert_eq!(task["ttl"], json!(CEILING_MS), "{task}");
+    }
+    // Past u64 (or not an integer) it is no TTL in milliseconds at all.
+    for ttl in [json!(1e20), json!(18446744073709551616.0), json!(1.5)] {
+        let params = json!({"name": "sleep", "arguments": {"ms": 1}, "task": {"ttl": ttl}});
+        assert_eq!(h.error_code("tools/call", params), -32602, "{ttl}");
+    }
+}
+
 /// Found by `hostile::messages_2025` (minimised: a task-augmented `tools/call` with
 /// `"task": []`): serde reads a struct from an array too, so `[]` (or `[60000]`) was taken
 /// for a `TaskMetadata` and started a task. `params.task` is an object; anything else is

@@ -550,26 +550,107 @@ fn a_task_failed_by_expiry_is_gettable_and_listed_during_its_grace() {
     );
 }
 
+/// 100 years in ms: the built-in ceiling on every TTL.
+const CEILING_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
+
 #[test]
-fn a_ttl_of_u64_max_ms_is_kept_and_its_deadline_arithmetic_never_overflows() {
+fn a_requested_ttl_beyond_100_years_is_cut_to_that_ceiling_without_max_ttl() {
+    assert_eq!(
+        Some(StoreConfig::MAX_DURATION),
+        Duration::from_millis(CEILING_MS).into()
+    );
+    for requested in [CEILING_MS + 1, 1 << 53, u64::MAX - 1, u64::MAX] {
+        let mut m = machine(config());
+        let task = m
+            .create(at(5), id(1), CreateTask::new().ttl(requested))
+            .unwrap();
+        assert_eq!(task.ttl, Some(CEILING_MS), "requested {requested}");
+        // On the wire a JavaScript client reads it exactly (below 2^53).
+        let wire = serde_json::to_value(&task).unwrap();
+        assert_eq!(wire["ttl"].as_f64(), Some(CEILING_MS as f64));
+        // It counts from creation, like any TTL: gone exactly at 5 + 100 years.
+        let deadline = 5 + CEILING_MS;
+        assert_eq!(m.poll_timeout(), Some(Millis(deadline)));
+        assert!(!m.handle_timeout(at(deadline - 1), usize::MAX));
+        assert_eq!(
+            m.get(at(deadline - 1), id(1), None).unwrap().status,
+            TaskStatus::Working
+        );
+        assert!(!m.handle_timeout(at(deadline), usize::MAX));
+        assert_eq!(
+            m.get(at(deadline), id(1), None).unwrap().status,
+            TaskStatus::Failed
+        );
+    }
+    // Up to the ceiling a request is kept as it is; a max_ttl still caps below it, and
+    // no TTL still means unlimited.
     let mut m = machine(config());
     let task = m
-        .create(at(5), id(1), CreateTask::new().ttl(u64::MAX))
+        .create(at(0), id(1), CreateTask::new().ttl(CEILING_MS))
         .unwrap();
-    assert_eq!(task.ttl, Some(u64::MAX));
+    assert_eq!(task.ttl, Some(CEILING_MS));
+    assert_eq!(create_task_ttl(&mut m, 2, None), None);
+    let mut m = machine(StoreConfig {
+        max_ttl: secs(60),
+        ..config()
+    });
+    assert_eq!(create_task_ttl(&mut m, 1, Some(u64::MAX)), Some(60_000));
+}
+
+fn create_task_ttl(m: &mut M, n: u128, ttl: Option<u64>) -> Option<u64> {
+    let mut req = CreateTask::new();
+    req.ttl = ttl;
+    m.create(at(0), id(n), req).unwrap().ttl
+}
+
+#[test]
+fn deadline_arithmetic_at_the_end_of_the_clocks_range_never_overflows() {
+    let mut m = machine(config());
+    m.create(at(5), id(1), CreateTask::new().ttl(u64::MAX))
+        .unwrap();
     let far = u64::MAX / 2;
-    assert!(!m.handle_timeout(at(far), usize::MAX));
-    let later = m.get(at(far), id(1), None).unwrap();
-    assert_eq!(later.status, TaskStatus::Working);
-    assert_eq!(later.ttl, Some(u64::MAX));
-    assert_eq!(m.list(at(far), None, None).unwrap().tasks, vec![later]);
-    // At the very end of the clock's range the saturated deadline (and the grace after
-    // it) is reached: expiry runs there without overflowing either.
+    let far = Now {
+        mono: Millis(far),
+        wall: Timestamp(far),
+    };
+    // Past the ceiling the task is failed, then (a grace later) gone; at the very end of
+    // the clock's range expiry runs without overflowing either.
+    assert!(!m.handle_timeout(far, usize::MAX));
+    assert_eq!(m.get(far, id(1), None), Err(StoreError::NotFound));
     let end = Now {
         mono: Millis(u64::MAX),
         wall: Timestamp(u64::MAX),
     };
+    let task = m
+        .create(end, id(2), CreateTask::new().ttl(u64::MAX))
+        .unwrap();
+    assert_eq!(task.ttl, Some(CEILING_MS));
+    // Its deadline saturates at the end of the range, where it is now.
     assert!(!m.handle_timeout(end, usize::MAX));
+    assert_eq!(m.get(end, id(2), None), Err(StoreError::NotFound));
+}
+
+#[test]
+fn a_recovered_ttl_beyond_100_years_is_cut_to_the_ceiling_and_still_counts_from_creation() {
+    use crate::store::record::RecoveryPolicy;
+    // A journal written before the ceiling existed may hold any u64.
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    let mut record = m.records().pop().unwrap();
+    record.ttl = Some(u64::MAX);
+    let mut m: M = StoreMachine::restore(
+        config(),
+        0x5eed,
+        2,
+        [record],
+        at(1_000),
+        RecoveryPolicy::Keep,
+    )
+    .unwrap();
+    assert_eq!(m.get(at(1_000), id(1), None).unwrap().ttl, Some(CEILING_MS));
+    assert_eq!(m.take_changes().len(), 1, "the capped TTL is journaled");
+    // Created at 0 on the wall clock; restored at 1 s: 100 years less 1 s left.
+    assert_eq!(m.poll_timeout(), Some(Millis(CEILING_MS)));
 }
 
 // ----- get ------------------------------------------------------------------------------
