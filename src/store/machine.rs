@@ -6,6 +6,10 @@
 //! subscribers, and [`poll_timeout`] the next moment the machine wants
 //! [`handle_timeout`] to be called.
 //!
+//! Time never runs backwards for the machine: a `now` earlier than one it has already seen
+//! (monotonic and wall clock each on its own) counts as that one, so a clock that steps back
+//! cannot make a deadline be missed or a task's `lastUpdatedAt` precede its `createdAt`.
+//!
 //! Expiry is exact: an operation that touches a task whose deadline has passed settles that
 //! task first, so nothing is ever visible past its TTL, while [`handle_timeout`] reclaims
 //! the tasks nobody touches in bounded batches from the timer wheel. Spurious or repeated
@@ -141,6 +145,12 @@ struct Entry<W> {
 }
 
 impl<W> Entry<W> {
+    /// Marks a change at `now`. Never moves `last_updated_at` back: a recovered task may
+    /// carry times ahead of this process's clock (one stepped back across the restart).
+    fn stamp(&mut self, now: Now) {
+        self.last_updated_at = self.last_updated_at.max(now.wall);
+    }
+
     fn is_due(&self, now: Now) -> bool {
         self.expires_at.is_some_and(|at| at <= now.mono)
     }
@@ -196,6 +206,9 @@ pub struct StoreMachine<W> {
     /// Tasks changed since the journal last took the changes (only while journaling).
     changes: HashMap<TaskId, Change>,
     journaling: bool,
+    /// The latest time seen (each clock on its own): the machine's time, which an earlier
+    /// `now` never moves back.
+    latest: Now,
 }
 
 impl<W> StoreMachine<W> {
@@ -221,6 +234,7 @@ impl<W> StoreMachine<W> {
             cursor_key,
             changes: HashMap::new(),
             journaling: false,
+            latest: Now::default(),
         })
     }
 
@@ -263,6 +277,7 @@ impl<W> StoreMachine<W> {
     /// Creates a task in `working` with the given id. Fails on a limit, or if the id is
     /// taken (the caller then retries with a fresh id).
     pub fn create(&mut self, now: Now, id: TaskId, req: CreateTask) -> Result<Task, StoreError> {
+        let now = self.observe(now);
         if self.tasks.contains_key(&id) {
             return Err(StoreError::InvalidArgument("duplicate task id".into()));
         }
@@ -311,6 +326,7 @@ impl<W> StoreMachine<W> {
         id: TaskId,
         session: Option<&SessionId>,
     ) -> Result<Task, StoreError> {
+        let now = self.observe(now);
         self.settle(id, now);
         let entry = self.visible(id, session)?;
         Ok(self.snapshot(id, entry))
@@ -323,6 +339,7 @@ impl<W> StoreMachine<W> {
         id: TaskId,
         session: Option<&SessionId>,
     ) -> Result<TaskDetail, StoreError> {
+        let now = self.observe(now);
         self.settle(id, now);
         let entry = self.visible(id, session)?;
         Ok(self.detail(id, entry))
@@ -335,6 +352,7 @@ impl<W> StoreMachine<W> {
         id: TaskId,
         session: Option<&SessionId>,
     ) -> Result<TaskResult, StoreError> {
+        let now = self.observe(now);
         self.settle(id, now);
         let entry = self.visible(id, session)?;
         self.result_of(id, entry)
@@ -382,6 +400,7 @@ impl<W> StoreMachine<W> {
         session: Option<&SessionId>,
         render: impl FnOnce(&Self, &Entry<W>) -> Result<R, StoreError>,
     ) -> Option<Result<R, StoreError>> {
+        let now = self.seen(now);
         // One lookup: this runs on the callers' threads for every local read.
         match self.tasks.get(&id) {
             Some(entry) if entry.is_due(now) => None,
@@ -398,6 +417,7 @@ impl<W> StoreMachine<W> {
         session: Option<&SessionId>,
         cursor: Option<&str>,
     ) -> Result<TaskPage, StoreError> {
+        let now = self.observe(now);
         let after = match cursor {
             Some(text) => self.decode_cursor(text, session)?,
             None => 0,
@@ -456,6 +476,7 @@ impl<W> StoreMachine<W> {
         status: TaskStatus,
         message: Option<String>,
     ) -> Result<Task, StoreError> {
+        let now = self.observe(now);
         self.settle(id, now);
         let entry = self.visible(id, session)?;
         if !entry.status.can_transition_to(status) {
@@ -475,7 +496,7 @@ impl<W> StoreMachine<W> {
         let entry = self.tasks.get_mut(&id).expect("visible task exists");
         entry.status = status;
         entry.status_message = message.map(String::into_boxed_str);
-        entry.last_updated_at = now.wall;
+        entry.stamp(now);
         Ok(self.changed(id))
     }
 
@@ -503,6 +524,7 @@ impl<W> StoreMachine<W> {
                 "a JSON-RPC error can only be stored with status 'failed'".into(),
             ));
         }
+        let now = self.observe(now);
         self.live(now, id, session)?;
         Ok(self.finish(now, id, status, message, Some(outcome)))
     }
@@ -516,6 +538,7 @@ impl<W> StoreMachine<W> {
         session: Option<&SessionId>,
         message: Option<String>,
     ) -> Result<CancelOutcome, StoreError> {
+        let now = self.observe(now);
         self.settle(id, now);
         let entry = self.visible(id, session)?;
         if entry.status.is_terminal() {
@@ -546,6 +569,7 @@ impl<W> StoreMachine<W> {
                 "at least one input request is needed".into(),
             ));
         }
+        let now = self.observe(now);
         self.live(now, id, session)?;
         let entry = self.tasks.get_mut(&id).expect("visible task exists");
         let extra = entry.extra.get_or_insert_with(Default::default);
@@ -562,7 +586,7 @@ impl<W> StoreMachine<W> {
             extra.pending.insert(key, request);
         }
         entry.status = TaskStatus::InputRequired;
-        entry.last_updated_at = now.wall;
+        entry.stamp(now);
         Ok(self.changed(id))
     }
 
@@ -576,6 +600,7 @@ impl<W> StoreMachine<W> {
         session: Option<&SessionId>,
         responses: InputResponses,
     ) -> Result<Task, StoreError> {
+        let now = self.observe(now);
         self.live(now, id, session)?;
         let entry = self.tasks.get_mut(&id).expect("visible task exists");
         let Some(extra) = entry.extra.as_mut() else {
@@ -612,7 +637,7 @@ impl<W> StoreMachine<W> {
         if extra.pending.is_empty() && entry.status == TaskStatus::InputRequired {
             entry.status = TaskStatus::Working;
         }
-        entry.last_updated_at = now.wall;
+        entry.stamp(now);
         Ok(self.changed(id))
     }
 
@@ -624,6 +649,7 @@ impl<W> StoreMachine<W> {
         id: TaskId,
         session: Option<&SessionId>,
     ) -> Result<CancelToken, StoreError> {
+        let now = self.observe(now);
         self.settle(id, now);
         self.visible(id, session)?;
         let entry = self.tasks.get_mut(&id).expect("visible task exists");
@@ -649,6 +675,7 @@ impl<W> StoreMachine<W> {
         deadline: Option<Millis>,
         token: W,
     ) {
+        let now = self.observe(now);
         self.settle(id, now);
         let ready = match self.visible(id, session) {
             Err(e) => Some(Err(e)),
@@ -681,6 +708,7 @@ impl<W> StoreMachine<W> {
         deadline: Option<Millis>,
         token: W,
     ) {
+        let now = self.observe(now);
         self.settle(id, now);
         let ready = match self.visible(id, session) {
             Err(e) => Some(Err(e)),
@@ -731,6 +759,7 @@ impl<W> StoreMachine<W> {
     /// Reclaims expired tasks and times out waits, at most `budget` timers per call so a
     /// mass expiry never stalls other work. Returns true if more are already due.
     pub fn handle_timeout(&mut self, now: Now, budget: usize) -> bool {
+        let now = self.observe(now);
         let mut spent = 0usize;
         while spent < budget {
             if let Some(entry) = self.wait_deadlines.first_entry() {
@@ -886,6 +915,7 @@ impl<W> StoreMachine<W> {
     ) -> Result<StoreMachine<W>, StoreError> {
         let mut machine = StoreMachine::new(config, cursor_key)?;
         machine.journaling = true;
+        let now = machine.observe(now);
         let out_of_range = |what: &str, seq: u64| {
             StoreError::InvalidArgument(format!(
                 "{what} {seq} is out of range (sequence numbers stay below {SEQ_LIMIT})"
@@ -1042,6 +1072,21 @@ impl<W> StoreMachine<W> {
     }
 
     // ----- internals ----------------------------------------------------------------
+
+    /// The machine's time at a reading of `now`: `now`, or the latest time seen where
+    /// `now` is earlier (monotonic and wall clock each on its own). Remembers it.
+    fn observe(&mut self, now: Now) -> Now {
+        self.latest = self.seen(now);
+        self.latest
+    }
+
+    /// [`observe`](Self::observe) for readers, which remember nothing.
+    fn seen(&self, now: Now) -> Now {
+        Now {
+            mono: now.mono.max(self.latest.mono),
+            wall: now.wall.max(self.latest.wall),
+        }
+    }
 
     /// Settles `id`, then checks the caller may see it and that it is still live; a
     /// terminal task is refused with `AlreadyTerminal` (it is never revived).
@@ -1228,7 +1273,7 @@ impl<W> StoreMachine<W> {
         entry.status = status;
         entry.status_message = message.map(String::into_boxed_str);
         entry.outcome = outcome;
-        entry.last_updated_at = now.wall;
+        entry.stamp(now);
         let stop = entry.stop_signalled();
         let extra = entry.extra.take();
         let task = snapshot_of(poll_interval_ms, id, entry);

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::{StoreMachine, WakeOutcome};
 use crate::model::{
-    CreateTask, LimitScope, Outcome, SessionId, StoreEvent, TaskId, TaskStatus, Timestamp,
+    CreateTask, LimitScope, Outcome, SessionId, StoreEvent, Task, TaskId, TaskStatus, Timestamp,
 };
 use crate::store::clock::{Millis, Now};
 use crate::store::config::{ExpiryPolicy, StoreConfig};
@@ -351,12 +351,13 @@ fn ttl_counts_from_creation_not_from_completion() {
 #[test]
 fn expiry_removes_terminal_tasks_whatever_their_status() {
     let mut m = machine(config());
-    for (n, status) in [(1, TaskStatus::Completed), (2, TaskStatus::Failed)] {
+    for n in 1..=3 {
         m.create(at(0), id(n), CreateTask::new().ttl(50)).unwrap();
+    }
+    for (n, status) in [(1, TaskStatus::Completed), (2, TaskStatus::Failed)] {
         m.store_result(at(1), id(n), None, status, result(json!(n as u64)), None)
             .unwrap();
     }
-    m.create(at(0), id(3), CreateTask::new().ttl(50)).unwrap();
     m.cancel(at(1), id(3), None, None).unwrap();
     assert!(!m.handle_timeout(at(50), usize::MAX));
     assert_eq!(m.len(), 0);
@@ -1274,6 +1275,120 @@ fn a_cursor_from_another_session_is_rejected() {
         Err(StoreError::InvalidCursor)
     );
     assert!(m.list(at(0), Some(&session("a")), Some(&cursor_a)).is_ok());
+}
+
+// ----- a clock that steps back -------------------------------------------------------------
+
+/// `now` with the wall clock `back_ms` behind where `Now::at` puts it.
+fn wall_back(mono: u64, back_ms: u64) -> Now {
+    Now {
+        mono: Millis(mono),
+        wall: Timestamp(at(mono).wall.0 - back_ms),
+    }
+}
+
+#[test]
+fn a_clock_stepping_back_loses_no_deadline_and_expires_nothing_early() {
+    let mut m = machine(StoreConfig {
+        expiry: ExpiryPolicy::Remove,
+        ..config()
+    });
+    let a = m
+        .create(at(10_000), id(1), CreateTask::new().ttl(1_000))
+        .unwrap();
+    assert!(!m.handle_timeout(at(10_000), usize::MAX));
+    // The clock steps back 10 s: the machine's time holds at 10 s until it catches up.
+    let b = m
+        .create(at(0), id(2), CreateTask::new().ttl(1_000))
+        .unwrap();
+    assert_eq!(b.created_at, a.created_at);
+    assert!(!m.handle_timeout(at(0), usize::MAX));
+    assert_eq!(m.poll_timeout(), Some(Millis(11_000)));
+    assert!(!m.handle_timeout(at(10_999), usize::MAX));
+    assert_eq!(m.len(), 2, "neither is past its TTL");
+    // Both deadlines fire, the second's too: it was not taken for one already past.
+    assert!(!m.handle_timeout(at(11_000), usize::MAX));
+    assert_eq!((m.len(), m.poll_timeout()), (0, None));
+}
+
+#[test]
+fn a_wall_clock_stepping_back_never_moves_a_tasks_times_back() {
+    let mut m = machine(config());
+    let created = m
+        .create(at(0), id(1), CreateTask::new())
+        .unwrap()
+        .created_at;
+    // An NTP step a minute back while the monotonic clock runs on: every change is
+    // stamped no earlier than what the task already shows.
+    type Step = fn(&mut M, Now) -> Task;
+    let steps: [Step; 4] = [
+        |m, now| {
+            m.update_status(now, id(1), None, TaskStatus::Working, Some("x".into()))
+                .unwrap()
+        },
+        |m, now| {
+            m.set_input_requests(now, id(1), None, requests(&["k"]))
+                .unwrap()
+        },
+        |m, now| {
+            m.resolve_input(now, id(1), None, responses(&[("k", json!(1))]))
+                .unwrap()
+        },
+        |m, now| {
+            m.store_result(
+                now,
+                id(1),
+                None,
+                TaskStatus::Completed,
+                result(json!(1)),
+                None,
+            )
+            .unwrap()
+        },
+    ];
+    for (n, step) in steps.iter().enumerate() {
+        let task = step(&mut m, wall_back(n as u64 + 1, 60_000));
+        assert_eq!(task.created_at, created);
+        assert!(task.last_updated_at >= created, "step {n}: {task:?}");
+    }
+    // A task created after the step is not dated before the first either.
+    let later = m
+        .create(wall_back(9, 60_000), id(2), CreateTask::new())
+        .unwrap();
+    assert!(later.created_at >= created, "{later:?}");
+}
+
+#[test]
+fn a_read_with_an_earlier_now_never_shows_a_task_past_its_ttl() {
+    let mut m = machine(config());
+    m.create(at(0), id(1), CreateTask::new().ttl(1_000))
+        .unwrap();
+    // The machine sees 1 s (task 1 is due, not settled yet); a reader's clock lags.
+    create(&mut m, 1_000, 2);
+    assert_eq!(m.peek(at(500), id(1), None), None, "only get may answer");
+    assert!(m.peek_detail(at(500), id(1), None).is_none());
+    assert!(m.peek_result(at(500), id(1), None).is_none());
+    assert_eq!(
+        m.get(at(500), id(1), None).unwrap().status,
+        TaskStatus::Failed,
+        "settled by the machine's time"
+    );
+}
+
+#[test]
+fn a_recovered_task_dated_ahead_of_the_clock_keeps_its_times_in_order() {
+    use crate::store::record::RecoveryPolicy;
+    // The clock was set back an hour across a restart.
+    let mut m = machine(config());
+    create(&mut m, 3_600_000, 1);
+    let record = m.records().pop().unwrap();
+    let mut m: M =
+        StoreMachine::restore(config(), 0x5eed, 2, [record], at(0), RecoveryPolicy::Keep).unwrap();
+    let task = m
+        .update_status(at(1), id(1), None, TaskStatus::Working, Some("x".into()))
+        .unwrap();
+    assert_eq!(task.created_at, at(3_600_000).wall);
+    assert!(task.last_updated_at >= task.created_at, "{task:?}");
 }
 
 // ----- sessions ---------------------------------------------------------------------------
