@@ -44,6 +44,13 @@ impl Now {
 /// A source of time for the store. Read on the owner thread, and on callers' threads by
 /// `get`, `get_detail` and `get_result` (to tell whether a task's deadline has passed);
 /// it must not panic.
+///
+/// Either clock may step backwards (a wall clock set back, a clock of your own): the store's
+/// time never does. A reading earlier than the latest the store has seen counts as that one
+/// (monotonic and wall clock each on its own), so the store holds still until the clock
+/// catches up: no deadline is missed or comes early, and no task's `lastUpdatedAt` precedes
+/// its `createdAt`. A [real](Clock::is_real) clock need not agree with [`Instant::now`]:
+/// the owner thread sleeps for as long as this clock says is left until a deadline.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// Monotonic time.
     fn now(&self) -> Instant;
@@ -147,39 +154,143 @@ impl Clock for ManualClock {
 pub(crate) struct TimeSource {
     clock: Arc<dyn Clock>,
     origin: Instant,
+    /// The latest monotonic reading handed out, in ms: [`now`](Self::now) never goes below
+    /// it, so a wait's deadline, computed from a reading on the owner thread, never falls
+    /// behind the machine's time when the clock steps back.
+    latest: AtomicU64,
 }
 
 impl TimeSource {
     pub(crate) fn new(clock: Arc<dyn Clock>) -> TimeSource {
         let origin = clock.now();
-        TimeSource { clock, origin }
+        TimeSource {
+            clock,
+            origin,
+            latest: AtomicU64::new(0),
+        }
     }
 
     pub(crate) fn is_real(&self) -> bool {
         self.clock.is_real()
     }
 
-    /// Reads the clock once.
+    /// Reads the clock once; the monotonic part never goes below an earlier reading (the
+    /// machine holds the wall clock still itself).
     pub(crate) fn now(&self) -> Now {
         let elapsed = self.clock.now().saturating_duration_since(self.origin);
+        let mono = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        // A load first: readers on many threads write only when the millisecond moves on.
+        let latest = self.latest.load(Ordering::Acquire);
+        let mono = if mono > latest {
+            self.latest.fetch_max(mono, Ordering::AcqRel).max(mono)
+        } else {
+            latest
+        };
         Now {
-            mono: Millis(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)),
+            mono: Millis(mono),
             wall: Timestamp::from_system_time(self.clock.now_utc()),
         }
     }
 
-    /// The instant at which the monotonic base reaches `at`; far-off deadlines saturate to
-    /// a year from the origin's point of view, which only means a harmless early wake-up.
+    /// The real instant (on [`Instant::now`]'s clock, which the owner's sleep uses) by
+    /// which the store's clock reaches `at`: the time left is measured on the store's
+    /// clock, so one that lags or leads real time, or has stepped back, wakes the owner
+    /// neither in a busy loop before the deadline nor long after it. Far-off deadlines
+    /// are cut to a year ahead, which only means a harmless early wake-up.
     pub(crate) fn instant_of(&self, at: Millis) -> Instant {
-        const YEAR_MS: u64 = 365 * 24 * 3600 * 1000;
-        let ms = at.0.min(self.now().mono.0.saturating_add(YEAR_MS));
-        self.origin + Duration::from_millis(ms)
+        const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+        let clock_now = self.clock.now();
+        let real_now = Instant::now();
+        if at.0 <= self.latest.load(Ordering::Acquire) {
+            // The store's time is there already, even if the clock stepped back since.
+            return real_now;
+        }
+        let due = Duration::from_millis(at.0);
+        // `due` after the origin, less how far the clock is past the origin (it may be
+        // before it, having stepped back).
+        let left = match clock_now.checked_duration_since(self.origin) {
+            Some(past) => due.saturating_sub(past),
+            None => due.saturating_add(self.origin.duration_since(clock_now)),
+        };
+        real_now + left.min(YEAR)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A clock set to any offset from the moment it was made, backwards included.
+    #[derive(Debug)]
+    struct StepClock {
+        base: Instant,
+        base_utc: SystemTime,
+        offset_ms: AtomicU64,
+    }
+
+    impl StepClock {
+        fn new() -> StepClock {
+            StepClock {
+                base: Instant::now(),
+                base_utc: SystemTime::now(),
+                offset_ms: AtomicU64::new(0),
+            }
+        }
+
+        fn set(&self, ms: u64) {
+            self.offset_ms.store(ms, Ordering::SeqCst);
+        }
+
+        fn offset(&self) -> Duration {
+            Duration::from_millis(self.offset_ms.load(Ordering::SeqCst))
+        }
+    }
+
+    impl Clock for StepClock {
+        fn now(&self) -> Instant {
+            self.base + self.offset()
+        }
+
+        fn now_utc(&self) -> SystemTime {
+            self.base_utc + self.offset()
+        }
+    }
+
+    #[test]
+    fn the_stores_monotonic_time_holds_still_while_the_clock_is_set_back() {
+        let clock = Arc::new(StepClock::new());
+        let time = TimeSource::new(clock.clone());
+        clock.set(10_000);
+        assert_eq!(time.now().mono, Millis(10_000));
+        clock.set(3_000);
+        assert_eq!(time.now().mono, Millis(10_000));
+        clock.set(12_000);
+        assert_eq!(time.now().mono, Millis(12_000));
+    }
+
+    #[test]
+    fn the_owner_sleeps_as_long_as_the_clock_says_is_left_until_a_deadline() {
+        const MIN: u64 = 60_000;
+        let clock = Arc::new(StepClock::new());
+        let time = TimeSource::new(clock.clone());
+        // The clock jumps an hour ahead of real time (the store sees it), then back to
+        // ten minutes ahead: a deadline at 61 minutes is 51 minutes away on it.
+        clock.set(60 * MIN);
+        assert_eq!(time.now().mono, Millis(60 * MIN));
+        clock.set(10 * MIN);
+        let before = Instant::now();
+        let wake = time.instant_of(Millis(61 * MIN));
+        let after = Instant::now();
+        let left = Duration::from_millis(51 * MIN);
+        assert!(
+            wake >= before + left && wake <= after + left,
+            "wakes {:?} from now, not {left:?}",
+            wake.saturating_duration_since(before)
+        );
+        // A deadline the store's time has reached is due now, whatever the clock says.
+        let wake = time.instant_of(Millis(60 * MIN));
+        assert!(wake <= Instant::now());
+    }
 
     #[test]
     fn a_manual_clock_moves_only_when_advanced_and_clones_share_it() {

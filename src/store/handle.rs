@@ -131,6 +131,7 @@ impl StoreBuilder {
     }
 
     /// The time source (default: the system clock; tests use [`ManualClock`](crate::ManualClock)).
+    /// One that steps back holds the store's time still until it catches up (see [`Clock`]).
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
         self

@@ -424,6 +424,81 @@ fn ttl_expiry_through_the_handle_with_the_manual_clock() {
     assert_eq!(store.get(id, None), Err(StoreError::NotFound));
 }
 
+/// A clock moved by hand to any offset from when it was made, backwards included; like
+/// `ManualClock`, it moves only when told to, so `sync` makes its effects deterministic.
+#[derive(Debug, Clone)]
+struct StepClock {
+    base: Instant,
+    base_utc: SystemTime,
+    offset_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl StepClock {
+    fn new() -> StepClock {
+        StepClock {
+            base: Instant::now(),
+            base_utc: SystemTime::now(),
+            offset_ms: Arc::default(),
+        }
+    }
+
+    fn set(&self, ms: u64) {
+        self.offset_ms.store(ms, Ordering::SeqCst);
+    }
+
+    fn offset(&self) -> Duration {
+        Duration::from_millis(self.offset_ms.load(Ordering::SeqCst))
+    }
+}
+
+impl Clock for StepClock {
+    fn now(&self) -> Instant {
+        self.base + self.offset()
+    }
+    fn now_utc(&self) -> SystemTime {
+        self.base_utc + self.offset()
+    }
+    fn is_real(&self) -> bool {
+        false
+    }
+}
+
+/// A clock set back holds the store's time still until it catches up: a task created
+/// meanwhile is dated no earlier than those before it, its deadline is not lost, and a
+/// wait's timeout counts from the store's time, so it ends neither at once nor late.
+#[test]
+fn a_clock_set_back_holds_the_store_still_until_it_catches_up() {
+    let clock = StepClock::new();
+    let store = Store::builder()
+        .clock(clock.clone())
+        .expiry(ExpiryPolicy::Remove)
+        .build()
+        .unwrap();
+    clock.set(10_000);
+    let a = store.create(CreateTask::new().ttl(1_000)).unwrap();
+    clock.set(0);
+    let b = store.create(CreateTask::new().ttl(1_000)).unwrap();
+    assert!(b.created_at >= a.created_at, "{b:?} before {a:?}");
+    let waiter = {
+        let handle = store.handle();
+        let id = b.task_id;
+        thread::spawn(move || handle.wait_terminal(id, None, Some(Duration::from_millis(500))))
+    };
+    until_parked(&store, 1);
+    clock.set(10_499);
+    store.sync().unwrap();
+    assert_eq!(store.stats().unwrap().waiters, 1, "not before its timeout");
+    clock.set(10_500);
+    store.sync().unwrap();
+    assert_eq!(waiter.join().unwrap(), Err(StoreError::Timeout));
+    clock.set(10_999);
+    store.sync().unwrap();
+    assert_eq!(store.stats().unwrap().tasks, 2, "neither is past its TTL");
+    clock.set(11_000);
+    store.sync().unwrap();
+    assert_eq!(store.stats().unwrap().tasks, 0, "both reclaimed, untouched");
+}
+
 #[test]
 fn expiry_wakes_blocked_waiters_through_the_handle() {
     let clock = ManualClock::new();
