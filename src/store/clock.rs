@@ -230,8 +230,13 @@ mod tests {
 
     impl StepClock {
         fn new() -> StepClock {
+            StepClock::at(Instant::now())
+        }
+
+        /// A clock whose instants start at `base`, wherever real time is.
+        fn at(base: Instant) -> StepClock {
             StepClock {
-                base: Instant::now(),
+                base,
                 base_utc: SystemTime::now(),
                 offset_ms: AtomicU64::new(0),
             }
@@ -290,6 +295,22 @@ mod tests {
         // A deadline the store's time has reached is due now, whatever the clock says.
         let wake = time.instant_of(Millis(60 * MIN));
         assert!(wake <= Instant::now());
+    }
+
+    #[test]
+    fn a_clock_lagging_real_time_still_has_its_deadlines_slept_for() {
+        // Its instants a minute behind real ones: the deadline 1 s ahead on it lies in
+        // the real past, and sleeping until then would be a busy loop until it came.
+        let Some(base) = Instant::now().checked_sub(Duration::from_secs(60)) else {
+            return; // a machine up for less than a minute
+        };
+        let time = TimeSource::new(Arc::new(StepClock::at(base)));
+        let before = Instant::now();
+        let wake = time.instant_of(Millis(1_000));
+        assert!(
+            wake >= before + Duration::from_secs(1),
+            "{wake:?} {before:?}"
+        );
     }
 
     #[test]
