@@ -1272,3 +1272,92 @@ fn payloads_past_the_wire_limit_read_back_and_deeper_ones_are_refused() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_cursor_into_changes_a_salvage_dropped_is_refused_not_read_past_new_tasks() {
+    // A salvage drops acknowledged creates, and the next tasks take their sequence
+    // numbers again. A list cursor a client got before the damage may name one of the
+    // dropped tasks: read as before, it would start after the new tasks that took the
+    // numbers, and the client would never see them.
+    let dir = tempfile::tempdir().unwrap();
+    let paged = |salvage: bool| {
+        let mut config = journal(dir.path(), RecoveryPolicy::Keep);
+        config.salvage = salvage;
+        Store::builder()
+            .page_size(3)
+            .journal(config)
+            .build()
+            .unwrap()
+    };
+    let (ids, stale) = {
+        let store = paged(false);
+        let ids: Vec<TaskId> = (0..4)
+            .map(|_| store.create(CreateTask::new()).unwrap().task_id)
+            .collect();
+        let page = store.list(None, None).unwrap();
+        assert_eq!(page.tasks.last().unwrap().task_id, ids[2]);
+        (ids, page.next_cursor.unwrap())
+    };
+    // The third create's batch is lost, the fourth's is whole after it: damage.
+    let log = log_file(dir.path());
+    let mut bytes = fs::read(&log).unwrap();
+    let bounds = frame_bounds(&bytes);
+    bytes[bounds[3]..bounds[4]].fill(0);
+    fs::write(&log, &bytes).unwrap();
+    let store = paged(true);
+    assert_eq!(ids_in(&store), ids[..2]);
+    let new = store.create(CreateTask::new()).unwrap().task_id;
+    match store.list(None, Some(&stale)) {
+        Err(StoreError::InvalidCursor) => {}
+        Ok(page) => {
+            let listed: Vec<TaskId> = page.tasks.iter().map(|t| t.task_id).collect();
+            panic!("{new} is read past: {listed:?}");
+        }
+        Err(e) => panic!("{e:?}"),
+    }
+    // A cursor issued after the salvage stays good across restarts, the stale one stays
+    // refused, and each start finds what the salvaging one left.
+    let more = store.create(CreateTask::new()).unwrap().task_id;
+    let fresh = store.list(None, None).unwrap().next_cursor.unwrap();
+    drop(store);
+    for _ in 0..2 {
+        let store = paged(false);
+        assert_eq!(ids_in(&store), [ids[0], ids[1], new]);
+        let rest = store.list(None, Some(&fresh)).unwrap().tasks;
+        assert_eq!(rest.iter().map(|t| t.task_id).collect::<Vec<_>>(), [more]);
+        assert!(matches!(
+            store.list(None, Some(&stale)),
+            Err(StoreError::InvalidCursor)
+        ));
+    }
+}
+
+#[test]
+fn after_a_salvage_set_a_newer_log_aside_its_generation_is_started_afresh() {
+    // The salvage removes journal-1 (set aside whole); the compactions that follow create
+    // a new journal-1 (and snapshot-1, and on): nothing of the old one may come back, and
+    // the set-aside copy is left as it is.
+    let dir = tempfile::tempdir().unwrap();
+    let TornChain {
+        ids,
+        second,
+        end,
+        whole,
+        ..
+    } = torn_chain(dir.path());
+    let mut config = compacting(dir.path());
+    config.salvage = true;
+    let store = Store::builder().journal(config).build().unwrap();
+    let more = store.create(CreateTask::new()).unwrap().task_id;
+    store.sync().unwrap();
+    assert!(
+        !log_at(dir.path(), 0).exists(),
+        "compacted past generation 0"
+    );
+    drop(store);
+    let aside = format!("{}.damaged-0", second.display());
+    assert_eq!(fs::read(aside).unwrap(), whole[end..]);
+    for _ in 0..2 {
+        assert_eq!(listed(dir.path()), [ids[0], ids[1], more]);
+    }
+}

@@ -76,7 +76,9 @@ pub struct JournalConfig {
     /// salvage took that name), any newer log of the chain (left by a compaction that had
     /// not finished) whole in `journal-H.log.damaged-0`, since its changes came after the
     /// damage, and a warning says so (default: off, and a
-    /// damaged log is an error). Acknowledged changes after the damage are lost, which is
+    /// damaged log is an error). List cursors issued before a salvage are refused after it
+    /// (`InvalidCursor`): the tasks they may point into are gone, and new tasks take their
+    /// sequence numbers. Acknowledged changes after the damage are lost, which is
     /// why it is never the default. With `Fsync` durability damage means the disk or
     /// someone else broke the file; with `Flush` or `None` a power loss alone can leave a
     /// hole before pages that reached the disk. A damaged snapshot is an error all the same.
@@ -643,6 +645,46 @@ fn set_aside_whole(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// After a salvage: gives list cursors a new key, so that one issued before the damage is
+/// refused (`InvalidCursor`) rather than read. The tasks a salvage drops leave their
+/// sequence numbers free, and the next tasks take them again: a cursor that names one of
+/// the dropped tasks would page on after the new tasks that took the numbers, and the
+/// client would never see them. The key goes into a header at the end of `log` (the
+/// generation's, `log_bytes` long, in its own format `version`), synced before anything is served, so
+/// every later start reads it; a log cut to nothing gets its header, with this key, when
+/// the store starts. Returns the bytes written.
+fn new_cursor_key(
+    path: &Path,
+    mut log: &File,
+    generation: u64,
+    log_bytes: u64,
+    version: Option<u32>,
+    recovered: &mut Recovered,
+) -> Result<u64, StoreError> {
+    let cursor_key = TaskId::random().as_u128() as u64;
+    recovered.cursor_key = Some(cursor_key);
+    if log_bytes == 0 {
+        return Ok(0);
+    }
+    let header = Record::Header {
+        version: version.unwrap_or(VERSION),
+        generation,
+        cursor_key,
+        next_seq: recovered.next_seq,
+        tasks: None,
+    };
+    let written = serde_json::to_vec(&header)
+        .map_err(io::Error::from)
+        .and_then(|payload| frame::write_frame(&mut log, &payload))
+        .and_then(|n| log.sync_data().map(|()| n as u64))
+        .map_err(|e| io_error(path, "cannot write", e))?;
+    log::warn!(
+        "{}: list cursors issued before the salvage are refused from now on",
+        path.display()
+    );
+    Ok(written)
+}
+
 /// Takes the directory's exclusive lock, or says that another store holds it.
 fn lock_dir(dir: &Path) -> Result<File, StoreError> {
     let path = dir.join("LOCK");
@@ -759,6 +801,8 @@ impl Journal {
         // The format of the log appended to from here on (`None` while it has no header:
         // it gets one of this format).
         let mut log_version = None;
+        // A salvage cut the log appended to from here on.
+        let mut salvaged = false;
         for (n, &g) in chain.iter().enumerate() {
             let path = log_path(dir, g);
             let last = n + 1 == chain.len();
@@ -794,6 +838,7 @@ impl Journal {
                     // Salvaged: the later logs, whose changes came after the damage, are
                     // set aside already.
                     log_bytes = bytes;
+                    salvaged = true;
                     break;
                 }
             }
@@ -812,6 +857,16 @@ impl Journal {
             .append(true)
             .open(&path)
             .map_err(|e| io_error(&path, "cannot open", e))?;
+        if salvaged {
+            log_bytes += new_cursor_key(
+                &path,
+                &file,
+                generation,
+                log_bytes,
+                log_version,
+                &mut recovered,
+            )?;
+        }
         // Only `Fsync` promises that acknowledged batches survive a power loss; the other
         // modes lose them to one anyway.
         if config.durability == Durability::Fsync {
