@@ -45,7 +45,9 @@ use crate::StoreError;
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub enum Durability {
     /// Each batch is written and `fdatasync`ed before its replies: acknowledged changes
-    /// survive a power loss. The default.
+    /// survive a power loss. The default. A store opened in this mode first syncs what
+    /// an earlier run in another mode may have left unsynced (its logs, and the names of
+    /// those in the directory).
     #[default]
     Fsync,
     /// Each batch is handed to the operating system before its replies: acknowledged
@@ -725,6 +727,14 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Makes the data of the log at `path` (open as `file`) durable, at start.
+fn sync_log(path: &Path, file: &File) -> Result<(), StoreError> {
+    #[cfg(test)]
+    tests::SYNCED_FILES.with(|synced| synced.borrow_mut().push(path.to_owned()));
+    file.sync_data()
+        .map_err(|e| io_error(path, "cannot sync", e))
+}
+
 /// `dir` and those of its ancestors that do not exist yet, deepest first: what
 /// `create_dir_all` is about to create.
 fn missing_dirs(dir: &Path) -> Vec<PathBuf> {
@@ -743,12 +753,13 @@ fn parent_dir(path: &Path) -> &Path {
     }
 }
 
-/// Makes the entries `open` created durable: a new log's in `dir`, and each created
-/// directory's in its parent. Without this a power loss can take the first log, and every
-/// batch acknowledged in it, with it: `fdatasync` on a file does not persist its name.
-fn sync_created(dir: &Path, created_dirs: &[PathBuf], new_log: bool) -> Result<(), StoreError> {
+/// Makes the entries `open` created durable: a new log's in `dir` (and every entry of `dir`
+/// when `entries`), and each created directory's in its parent. Without this a power loss
+/// can take the first log, and every batch acknowledged in it, with it: `fdatasync` on a
+/// file does not persist its name.
+fn sync_created(dir: &Path, created_dirs: &[PathBuf], entries: bool) -> Result<(), StoreError> {
     let sync = |d: &Path| sync_dir(d).map_err(|e| io_error(d, "cannot sync", e));
-    if new_log || !created_dirs.is_empty() {
+    if entries || !created_dirs.is_empty() {
         sync(dir)?;
     }
     for created in created_dirs {
@@ -867,11 +878,30 @@ impl Journal {
                 &mut recovered,
             )?;
         }
-        // Only `Fsync` promises that acknowledged batches survive a power loss; the other
-        // modes lose them to one anyway.
-        if config.durability == Durability::Fsync {
-            sync_created(dir, &created_dirs, new_log)?;
+        let fsync = config.durability == Durability::Fsync;
+        if fsync {
+            // Only `Fsync` promises that acknowledged batches survive a power loss, and
+            // this run may follow one under another mode, which synced neither its logs
+            // nor the names of those its compactions began. A power loss during this run
+            // would then cut an older log that recovery under `Fsync` takes as whole
+            // (damage, and a salvage would set aside this run's log after it), or take a
+            // log and what this run acknowledged in it. Logs written under `Fsync` are
+            // durable already, and syncing them again costs next to nothing.
+            for &g in chain.iter().take_while(|&&g| g < generation) {
+                let older = log_path(dir, g);
+                let log = OpenOptions::new()
+                    .write(true)
+                    .open(&older)
+                    .map_err(|e| io_error(&older, "cannot open", e))?;
+                sync_log(&older, &log)?;
+            }
+            if !new_log {
+                sync_log(&path, &file)?;
+            }
         }
+        // In every mode, once: a later run may be under `Fsync`, and cannot tell what an
+        // earlier one created.
+        sync_created(dir, &created_dirs, new_log || fsync)?;
         let mut tasks: Vec<TaskRecord> = state.into_values().collect();
         // Stable: tasks sharing a sequence number stay in id order, so that every start
         // keeps the same one.
@@ -1013,6 +1043,8 @@ mod tests {
         /// The directories [`sync_dir`] synced on this thread, in order (a test's seam:
         /// no test can cut the power).
         pub(super) static SYNCED_DIRS: RefCell<Vec<PathBuf>> = const { RefCell::new(Vec::new()) };
+        /// The logs [`sync_log`] synced on this thread, in order.
+        pub(super) static SYNCED_FILES: RefCell<Vec<PathBuf>> = const { RefCell::new(Vec::new()) };
     }
 
     /// Opens a journal on `config` and returns the directories it synced on the way.
@@ -1053,11 +1085,9 @@ mod tests {
         for d in &expected {
             assert!(synced.contains(d), "{d:?} not synced: {synced:?}");
         }
-        // Reopened, the log and the directories are already durable: nothing to sync.
-        assert_eq!(
-            synced_by_open(&JournalConfig::new(&dir)),
-            Vec::<PathBuf>::new()
-        );
+        // Reopened, the directories are durable already; the directory's own entries are
+        // synced again, since a run under another mode may have left them unsynced.
+        assert_eq!(synced_by_open(&JournalConfig::new(&dir)), vec![dir]);
     }
 
     #[test]
@@ -1068,11 +1098,63 @@ mod tests {
     }
 
     #[test]
-    fn modes_that_do_not_promise_power_loss_safety_sync_no_directory_at_open() {
+    fn an_fsync_start_makes_durable_what_a_run_without_fsync_left_unsynced() {
+        // A run under `Flush` or `None` syncs no log, and no directory entry of a log its
+        // compaction began. A later run under `Fsync` acknowledges changes once its own
+        // batch is synced: a power loss must not then take what the earlier run left (the
+        // newer log's name, the older log's end, which recovery under `Fsync` would call
+        // damage), nor the directories the earlier run created.
         for durability in [Durability::Flush, Durability::None] {
             let root = tempfile::tempdir().unwrap();
-            let mut config = JournalConfig::new(root.path().join("new"));
+            let dir = root.path().join("a").join("b");
+            let mut config = JournalConfig::new(&dir);
             config.durability = durability;
+            config.recovery = RecoveryPolicy::Keep;
+            SYNCED_DIRS.with(|synced| synced.borrow_mut().clear());
+            SYNCED_FILES.with(|synced| synced.borrow_mut().clear());
+            {
+                // A chain of two logs, as a compaction cut short leaves it.
+                let (mut journal, _) = Journal::open(&config).unwrap();
+                journal.write_header(7, 0).unwrap();
+                journal.commit().unwrap();
+                journal.begin_compaction(7, 0).unwrap();
+            }
+            let earlier = SYNCED_DIRS.with(|synced| synced.take());
+            config.durability = Durability::Fsync;
+            drop(Journal::open(&config).unwrap());
+            let dirs = SYNCED_DIRS.with(|synced| synced.take());
+            let files = SYNCED_FILES.with(|synced| synced.take());
+            assert!(
+                dirs.contains(&dir),
+                "{durability:?}: the newer log's entry is not synced: {dirs:?}"
+            );
+            for created in [root.path().to_path_buf(), root.path().join("a")] {
+                assert!(
+                    earlier.contains(&created) || dirs.contains(&created),
+                    "{durability:?}: {created:?} never synced: {earlier:?}, {dirs:?}"
+                );
+            }
+            for log in [log_path(&dir, 0), log_path(&dir, 1)] {
+                assert!(
+                    files.contains(&log),
+                    "{durability:?}: {log:?} not synced: {files:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn modes_without_fsync_sync_what_they_create_once_and_nothing_at_a_reopen() {
+        // What they create is synced in every mode (a later run may be under `Fsync`, and
+        // cannot tell); a reopen adds no sync to modes that do not promise power loss
+        // safety.
+        for durability in [Durability::Flush, Durability::None] {
+            let root = tempfile::tempdir().unwrap();
+            let dir = root.path().join("new");
+            let mut config = JournalConfig::new(&dir);
+            config.durability = durability;
+            let expected = vec![dir.clone(), root.path().to_path_buf()];
+            assert_eq!(synced_by_open(&config), expected, "{durability:?}");
             assert_eq!(
                 synced_by_open(&config),
                 Vec::<PathBuf>::new(),
