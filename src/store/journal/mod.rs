@@ -31,7 +31,7 @@ pub(crate) use compaction::{Turn, SNAPSHOT_HOLD};
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions, TryLockError};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -285,7 +285,8 @@ enum FileKind {
 enum Replayed {
     /// Every record (a torn tail of the newest log is not one): the valid length.
     Whole(u64),
-    /// Salvaged: cut at damage, at this length. What any newer log holds came after it.
+    /// Salvaged: damage starts at this offset, where the file is to be cut (see
+    /// [`cut_with_new_key`]). What any newer log held came after it, and is set aside.
     Cut(u64),
 }
 
@@ -491,17 +492,18 @@ fn replay(
     if let frame::Ending::TornTail { offset } = ending {
         if salvaged {
             // Newest first: stopped half way, the chain is still whole up to the damage,
-            // which the next start meets again.
+            // which the next start meets again. The cut itself is the caller's (see
+            // `cut_with_new_key`).
             for later in later.iter().rev() {
                 set_aside_whole(later)?;
             }
-        } else {
-            log::warn!(
-                "{}: dropping a torn batch at byte offset {offset} (a write cut short by a \
-                 crash)",
-                path.display()
-            );
+            return Ok((Replayed::Cut(offset), tally.version));
         }
+        log::warn!(
+            "{}: dropping a torn batch at byte offset {offset} (a write cut short by a \
+             crash)",
+            path.display()
+        );
         let file = OpenOptions::new()
             .write(true)
             .open(path)
@@ -509,12 +511,7 @@ fn replay(
         file.set_len(offset)
             .and_then(|_| file.sync_all())
             .map_err(|e| io_error(path, "cannot truncate", e))?;
-        let replayed = if salvaged {
-            Replayed::Cut(offset)
-        } else {
-            Replayed::Whole(offset)
-        };
-        return Ok((replayed, tally.version));
+        return Ok((Replayed::Whole(offset), tally.version));
     }
     Ok((Replayed::Whole(bytes.len() as u64), tally.version))
 }
@@ -647,27 +644,30 @@ fn set_aside_whole(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// After a salvage: gives list cursors a new key, so that one issued before the damage is
-/// refused (`InvalidCursor`) rather than read. The tasks a salvage drops leave their
-/// sequence numbers free, and the next tasks take them again: a cursor that names one of
-/// the dropped tasks would page on after the new tasks that took the numbers, and the
-/// client would never see them. The key goes into a header at the end of `log` (the
-/// generation's, `log_bytes` long, in its own format `version`), synced before anything is served, so
-/// every later start reads it; a log cut to nothing gets its header, with this key, when
-/// the store starts. Returns the bytes written.
-fn new_cursor_key(
+/// Cuts the log at `path` (generation `generation`, in format `version` when it has a
+/// header) where a salvage found damage, at `at`, and gives list cursors a new key; returns
+/// the log's new length.
+///
+/// The tasks a salvage drops leave their sequence numbers free, and the next tasks take
+/// them again: a cursor issued before the damage that names one of the dropped tasks would
+/// page on after the new tasks that took the numbers, and the client would never see them.
+/// With a new key it is refused (`InvalidCursor`). The key goes into a header appended
+/// right after the cut, synced before anything is served, also to a log cut to nothing
+/// (whose header, with the key, would otherwise come only when the store first writes).
+/// Written over the damage before the cut instead, it could end just where a valid record
+/// of the damaged part begins: a process stopped between the two would leave a log that
+/// reads as whole with that record replayed after the hole. Stopped between the cut and
+/// the header, a start finds the log whole with the old key: only the cursors are not
+/// refused.
+fn cut_with_new_key(
     path: &Path,
-    mut log: &File,
     generation: u64,
-    log_bytes: u64,
+    at: u64,
     version: Option<u32>,
     recovered: &mut Recovered,
 ) -> Result<u64, StoreError> {
     let cursor_key = TaskId::random().as_u128() as u64;
     recovered.cursor_key = Some(cursor_key);
-    if log_bytes == 0 {
-        return Ok(0);
-    }
     let header = Record::Header {
         version: version.unwrap_or(VERSION),
         generation,
@@ -675,16 +675,24 @@ fn new_cursor_key(
         next_seq: recovered.next_seq,
         tasks: None,
     };
-    let written = serde_json::to_vec(&header)
-        .map_err(io::Error::from)
-        .and_then(|payload| frame::write_frame(&mut log, &payload))
-        .and_then(|n| log.sync_data().map(|()| n as u64))
-        .map_err(|e| io_error(path, "cannot write", e))?;
+    let cut = (|| {
+        let mut frame = Vec::new();
+        frame::write_frame(&mut frame, &serde_json::to_vec(&header)?)?;
+        let mut file = OpenOptions::new().write(true).open(path)?;
+        file.set_len(at)?;
+        file.sync_all()?;
+        file.seek(SeekFrom::Start(at))?;
+        file.write_all(&frame)?;
+        file.sync_data()?;
+        Ok::<_, io::Error>(at + frame.len() as u64)
+    })();
+    let len = cut.map_err(|e| io_error(path, "cannot cut", e))?;
     log::warn!(
-        "{}: list cursors issued before the salvage are refused from now on",
+        "{}: cut at byte offset {at}; list cursors issued before the salvage are refused \
+         from now on",
         path.display()
     );
-    Ok(written)
+    Ok(len)
 }
 
 /// Takes the directory's exclusive lock, or says that another store holds it.
@@ -812,8 +820,6 @@ impl Journal {
         // The format of the log appended to from here on (`None` while it has no header:
         // it gets one of this format).
         let mut log_version = None;
-        // A salvage cut the log appended to from here on.
-        let mut salvaged = false;
         for (n, &g) in chain.iter().enumerate() {
             let path = log_path(dir, g);
             let last = n + 1 == chain.len();
@@ -844,12 +850,11 @@ impl Journal {
                     older_bytes = older_bytes.saturating_add(log_bytes);
                     log_bytes = bytes;
                 }
-                Replayed::Cut(bytes) => {
+                Replayed::Cut(at) => {
                     older_bytes = older_bytes.saturating_add(log_bytes);
                     // Salvaged: the later logs, whose changes came after the damage, are
                     // set aside already.
-                    log_bytes = bytes;
-                    salvaged = true;
+                    log_bytes = cut_with_new_key(&path, g, at, version, &mut recovered)?;
                     break;
                 }
             }
@@ -868,16 +873,6 @@ impl Journal {
             .append(true)
             .open(&path)
             .map_err(|e| io_error(&path, "cannot open", e))?;
-        if salvaged {
-            log_bytes += new_cursor_key(
-                &path,
-                &file,
-                generation,
-                log_bytes,
-                log_version,
-                &mut recovered,
-            )?;
-        }
         let fsync = config.durability == Durability::Fsync;
         if fsync {
             // Only `Fsync` promises that acknowledged batches survive a power loss, and
@@ -1360,6 +1355,42 @@ mod tests {
             assert!(store.get(first, None).is_err(), "{start} start: expired");
             assert!(store.get(second, None).is_err(), "{start} start: skipped");
         }
+    }
+
+    #[test]
+    fn a_salvage_that_cuts_a_log_to_nothing_still_writes_the_new_cursor_key_at_once() {
+        // The new key must be on disk with the cut: a start after it, salvage or not, reads
+        // the log as whole. Here the damage is the log's header, so the cut leaves the log
+        // empty; had its header waited for the store's first write, a process stopped
+        // before it would take the old key back from the snapshot.
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = JournalConfig::new(dir.path());
+        config.recovery = RecoveryPolicy::Keep;
+        config.compact_ratio = 0;
+        config.compact_min_bytes = 0;
+        let store = Store::builder().journal(config.clone()).build().unwrap();
+        store.create(CreateTask::new()).unwrap();
+        store.sync().unwrap();
+        drop(store);
+        let snapshot = fs::read(only(dir.path(), "snapshot-")).unwrap();
+        let (frames, _) = frame::read_frames(&snapshot).unwrap();
+        let header: serde_json::Value = serde_json::from_slice(frames[0]).unwrap();
+        let old_key = header["cursor_key"].as_u64().unwrap();
+        // The log's header broken, a batch whole after it: damage at offset 0.
+        let log = only(dir.path(), "journal-");
+        let mut bytes = fs::read(&log).unwrap();
+        bytes[10] ^= 1;
+        let batch = serde_json::to_vec(&serde_json::json!([])).unwrap();
+        frame::write_frame(&mut bytes, &batch).unwrap();
+        fs::write(&log, &bytes).unwrap();
+        config.salvage = true;
+        let (journal, salvaged) = Journal::open(&config).unwrap();
+        // The process stops here, before the store writes anything.
+        drop(journal);
+        config.salvage = false;
+        let (_, reopened) = Journal::open(&config).unwrap();
+        assert_eq!(reopened.cursor_key, salvaged.cursor_key);
+        assert_ne!(reopened.cursor_key, Some(old_key));
     }
 
     /// A log holding just `header`, for generation 0 in `dir` (opened once before).
