@@ -7,6 +7,17 @@
 //! frame anywhere after the broken one, while damage in the middle of a file does. The
 //! search for one checksums at most a bounded multiple of the bytes it searches; a file
 //! that needs more is damage too (no torn write comes close).
+//!
+//! Frames carry no salt (a per-file value mixed into the checksum), because no stale but
+//! valid frame can sit where the journal reads one: logs are created new (`create_new`, or
+//! at start only when no log of that generation exists) and only ever appended to; a
+//! generation's log is created again only after a salvage set the old one aside and its
+//! removal was synced; a torn tail or a salvage's cut is truncated and synced before the
+//! next append; the snapshot's temporary file is truncated on creation and synced before
+//! its rename, never over an existing snapshot; nothing preallocates. What remains is a
+//! file system that shows the old contents of reused blocks after a crash (ext4 with
+//! `data=writeback`, say), which breaks the "zeros or a cut" premise of torn tails anyway,
+//! and against which a salt per file would not guard frames of the same file.
 
 use std::io::{self, Write};
 
