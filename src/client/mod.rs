@@ -1508,12 +1508,15 @@ impl<'c> TaskWatch<'c> {
         }
     }
 
-    /// Sleeps until `wake`, or until the server says the task changed.
+    /// Sleeps until `wake`, or until the server says the task changed (but at least
+    /// [`MIN_POLL_INTERVAL`]: a server sending notifications without end cannot make the
+    /// client poll without pause).
     fn sleep_until(&self, wake: Instant) {
-        if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) =
-            self.woken.recv_deadline(wake)
-        {
-            sleep_until(wake);
+        let floor = Instant::now() + MIN_POLL_INTERVAL;
+        match self.woken.recv_deadline(wake) {
+            Ok(()) => sleep_until(floor.min(wake)),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => sleep_until(wake),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
         }
     }
 }
