@@ -126,6 +126,14 @@ typedef uint32_t mcpts_result;
 typedef struct mcpts_bytes mcpts_bytes;
 
 /**
+ * A subscription to one store's events (opaque), from [`mcpts_handle_subscribe`]. Read
+ * it with [`mcpts_events_next`]; release it with [`mcpts_events_free`]. It stays valid
+ * after its store is freed: the events still queued can be read, then every read gives
+ * `MCPTS_RESULT_CLOSED`.
+ */
+typedef struct mcpts_events mcpts_events;
+
+/**
  * A handle to a store (opaque): cheap to clone, usable from any thread at once. It stays
  * valid after its store is freed; every call on it then returns `MCPTS_RESULT_CLOSED`.
  * Release it with [`mcpts_handle_free`].
@@ -210,6 +218,77 @@ size_t mcpts_last_error(char *buf, size_t buf_len);
  * Thread safety: pure; call it from any thread.
  */
 const char *mcpts_result_name(uint32_t code);
+
+/**
+ * Subscribes to the store's events and writes the new subscription to `*events_out`;
+ * read it with [`mcpts_events_next`], free it with [`mcpts_events_free`].
+ *
+ * The subscription sees every change made after this returns, to the tasks of every
+ * session (each event names the task's session): a task created, a status or status
+ * message changed (completion, failure, cancellation and input requests included), a task
+ * removed at the end of its TTL. It is a buffer of the store's `event_buffer` (1024)
+ * events: a reader that falls that far behind never slows the store down; it misses
+ * events instead, and reads one `lagged` event saying how many. Subscriptions are
+ * independent: each sees every event.
+ *
+ * Errors: `NULL_PARAMETER`, `CLOSED` (the store is freed, or this is a forked child).
+ *
+ * Thread safety: any thread, concurrently with other calls on `handle`.
+ *
+ * # Safety
+ *
+ * `handle` must be NULL or live; `events_out` NULL or writable.
+ */
+mcpts_result mcpts_handle_subscribe(const mcpts_handle *handle, mcpts_events **events_out);
+
+/**
+ * Blocks until the subscription's next event and writes it to `*event_out` as JSON, or
+ * returns `TIMEOUT` after `timeout_ms` milliseconds ([`MCPTS_WAIT_FOREVER`] for no
+ * timeout; 0 takes an event already queued, without waiting). Events come in the order
+ * the store made the changes. The JSON is one of:
+ *
+ * - `{"type": "created", "task": {...}, "session": "..." | null}`: a new task;
+ * - `{"type": "status", "task": {...}, "session": "..." | null}`: a task's status or
+ *   status message changed; `task` is the task after the change;
+ * - `{"type": "expired", "taskId": "...", "session": "..." | null}`: a task was removed
+ *   at the end of its TTL;
+ * - `{"type": "lagged", "missed": N}`: this subscription fell behind and `N` events were
+ *   dropped for it, just before the events that follow.
+ *
+ * `task` is an MCP task object, as every other function writes it. A reader should
+ * ignore a `type` it does not know: later versions may add some.
+ *
+ * Once the store is gone (freed, or its owner thread died) the events already queued are
+ * still handed out; after the last one every call returns `CLOSED` at once. A thread
+ * blocked here when the store is freed wakes with `CLOSED` (or the events queued first).
+ *
+ * Errors: `NULL_PARAMETER`, `TIMEOUT`, `CLOSED` (the store is gone and every event has
+ * been read; at once, whatever is queued, in a child forked from the store's process).
+ *
+ * Thread safety: any thread, also several at once on the same `events`: each event goes
+ * to exactly one of them, so only a single reader sees them all in order. Blocks only the
+ * calling thread.
+ *
+ * # Safety
+ *
+ * `events` must be NULL or live; `event_out` NULL or writable.
+ */
+mcpts_result mcpts_events_next(const mcpts_events *events, uint64_t timeout_ms, mcpts_bytes **event_out);
+
+/**
+ * Ends a subscription and frees it, with any events still queued. NULL is a no-op. The
+ * store keeps running and forgets the subscription at its next event; freeing after the
+ * store is fine (and required). In a forked child it returns at once and releases
+ * nothing, like [`mcpts_handle_free`].
+ *
+ * Thread safety: any thread, but no other thread may be using this `events` pointer (not
+ * even blocked in [`mcpts_events_next`]).
+ *
+ * # Safety
+ *
+ * `events` must be NULL or a live subscription from this library, freed at most once.
+ */
+void mcpts_events_free(mcpts_events *events);
 
 /**
  * Creates a store from a JSON configuration and starts its owner thread.

@@ -46,12 +46,20 @@
 //! thread; handles outlive it safely, and every call on them then gives
 //! `MCPTS_RESULT_CLOSED`. Each function's documentation states its own rules.
 //!
+//! An [`mcpts_events`] subscription ([`mcpts_handle_subscribe`]) tells a host of task
+//! changes as JSON events, read with [`mcpts_events_next`] from any thread. It never slows
+//! the store: a reader that falls behind misses events and is told how many. It outlives
+//! its store like a handle: once the store is freed, the events still queued are read
+//! first, then every read gives `MCPTS_RESULT_CLOSED`, and a reader blocked at that moment
+//! wakes.
+//!
 //! A store belongs to the process that created it. `fork()` copies the store into the
 //! child but not its owner thread (Python's `multiprocessing` forks by default on Linux),
-//! so in a forked child every call on the store or its handles returns
-//! `MCPTS_RESULT_CLOSED` at once, with a last error saying the store belongs to the parent
-//! process; it never waits for the missing thread. [`mcpts_store_free`] and
-//! [`mcpts_handle_free`] in the child return at once and release nothing (the child's exit
+//! so in a forked child every call on the store, its handles or its subscriptions returns
+//! `MCPTS_RESULT_CLOSED` at once ([`mcpts_events_next`] too, even with events queued),
+//! with a last error saying the store belongs to the parent process; it never waits for
+//! the missing thread. [`mcpts_store_free`], [`mcpts_handle_free`] and
+//! [`mcpts_events_free`] in the child return at once and release nothing (the child's exit
 //! reclaims its copy); the parent's store carries on. A child that needs tasks creates a
 //! store of its own.
 
@@ -64,10 +72,12 @@ mod bytes;
 mod config;
 mod dispatch;
 mod error;
+mod events;
 mod store;
 
 pub use bytes::{mcpts_bytes, mcpts_bytes_data, mcpts_bytes_free, mcpts_bytes_len};
 pub use error::{mcpts_last_error, mcpts_result, mcpts_result_name};
+pub use events::{mcpts_events, mcpts_events_free, mcpts_events_next, mcpts_handle_subscribe};
 pub use store::{
     mcpts_handle, mcpts_handle_cancel, mcpts_handle_clone, mcpts_handle_create,
     mcpts_handle_dispatch, mcpts_handle_dispatch_timeout, mcpts_handle_free, mcpts_handle_get,

@@ -35,7 +35,7 @@ pub struct mcpts_store {
 #[derive(Debug)]
 pub struct mcpts_handle {
     handle: StoreHandle,
-    owner: Arc<Owner>,
+    pub(super) owner: Arc<Owner>,
 }
 
 impl mcpts_handle {
@@ -43,15 +43,15 @@ impl mcpts_handle {
     /// Every entry point on a handle goes through here, so calls that never reach the owner
     /// thread (a clone, a dispatch of a request that touches no task) report a freed store
     /// too.
-    fn live(&self) -> Result<&StoreHandle, Error> {
+    pub(super) fn live(&self) -> Result<&StoreHandle, Error> {
         self.owner.check()?;
         Ok(&self.handle)
     }
 }
 
-/// What a store shares with all its handles.
+/// What a store shares with all its handles and event subscriptions.
 #[derive(Debug)]
-struct Owner {
+pub(super) struct Owner {
     /// The process that created the store.
     pid: u32,
     /// [`forks::generation`] when the store was created. `fork()` copies the store's
@@ -76,12 +76,22 @@ impl Owner {
     /// was created. Either sign tells: the counter catches a descendant that got the
     /// creator's pid back, the pid a fork that skips the atfork handlers (glibc's `_Fork`,
     /// a raw `clone`).
-    fn forked(&self) -> bool {
+    pub(super) fn forked(&self) -> bool {
         std::process::id() != self.pid || forks::generation() != self.generation
     }
 
     /// `Closed` once the store is freed, or at once in a forked child.
     fn check(&self) -> Result<(), Error> {
+        self.check_process()?;
+        if self.freed.load(Ordering::Acquire) {
+            return Err(StoreError::Closed.into());
+        }
+        Ok(())
+    }
+
+    /// `Closed` in a forked child, with a message that says so; fine in the store's own
+    /// process, freed or not.
+    pub(super) fn check_process(&self) -> Result<(), Error> {
         if self.forked() {
             return Err(Error::new(
                 mcpts_result::Closed,
@@ -93,9 +103,6 @@ impl Owner {
                     std::process::id()
                 ),
             ));
-        }
-        if self.freed.load(Ordering::Acquire) {
-            return Err(StoreError::Closed.into());
         }
         Ok(())
     }
@@ -150,7 +157,8 @@ mod forks {
 /// Pass as `timeout_ms` to wait without a timeout.
 pub const MCPTS_WAIT_FOREVER: u64 = u64::MAX;
 
-fn timeout(timeout_ms: u64) -> Option<Duration> {
+/// A C timeout as a Rust one: `None` for [`MCPTS_WAIT_FOREVER`].
+pub(super) fn timeout(timeout_ms: u64) -> Option<Duration> {
     (timeout_ms != MCPTS_WAIT_FOREVER).then(|| Duration::from_millis(timeout_ms))
 }
 
