@@ -749,3 +749,348 @@ fn a_length_no_buffer_can_have_is_refused() {
     assert!(last_error().contains("length"), "{}", last_error());
     assert!(store.is_null());
 }
+
+/// A new subscription to the fixture's store, freed by the caller.
+fn subscribe(f: &Fixture) -> *mut mcpts_events {
+    let mut events: *mut mcpts_events = ptr::null_mut();
+    // SAFETY: the handle is live; `events` is a live local.
+    let code = unsafe { mcpts_handle_subscribe(f.handle, &mut events) };
+    assert_eq!(code, mcpts_result::Ok, "{}", last_error());
+    assert!(!events.is_null());
+    events
+}
+
+/// The subscription's next event as parsed JSON, or the code of the failure (which must
+/// leave the out-parameter alone).
+///
+/// # Safety
+///
+/// `events` must be a live subscription.
+unsafe fn next_event(
+    events: *const mcpts_events,
+    timeout_ms: u64,
+) -> Result<serde_json::Value, mcpts_result> {
+    let untouched = ptr::NonNull::<mcpts_bytes>::dangling().as_ptr();
+    let mut out = untouched;
+    // SAFETY: per this function's contract; `out` is a live local, freed by `take_json`.
+    match unsafe { mcpts_events_next(events, timeout_ms, &mut out) } {
+        mcpts_result::Ok => Ok(unsafe { take_json(out) }),
+        code => {
+            assert_eq!(out, untouched, "a failed next wrote its out-parameter");
+            Err(code)
+        }
+    }
+}
+
+/// Calls one `mcpts_handle_*` function that writes a task or outcome, and returns its JSON.
+fn call(what: &str, f: impl FnOnce(*mut *mut mcpts_bytes) -> mcpts_result) -> serde_json::Value {
+    let mut out: *mut mcpts_bytes = ptr::null_mut();
+    let code = f(&mut out);
+    assert_eq!(code, mcpts_result::Ok, "{what}: {}", last_error());
+    // SAFETY: written by the library on success; freed once, here.
+    unsafe { take_json(out) }
+}
+
+/// A subscription hears of every change, in order, with the task as the call returned it
+/// and its session: create, status update, result, and a cancel.
+#[test]
+fn events_arrive_in_order_for_every_change() {
+    let f = Fixture::new();
+    let h = f.handle;
+    let events = subscribe(&f);
+    let req = br#"{"session": "s"}"#;
+    // SAFETY (every call): the handle is live, the buffers and C strings are live locals.
+    let created = call("create", |out| unsafe {
+        mcpts_handle_create(h, req.as_ptr(), req.len(), out)
+    });
+    let id = std::ffi::CString::new(created["taskId"].as_str().unwrap()).unwrap();
+    let asked = call("update_status", |out| unsafe {
+        mcpts_handle_update_status(
+            h,
+            id.as_ptr(),
+            c"s".as_ptr(),
+            c"input_required".as_ptr(),
+            c"which file?".as_ptr(),
+            out,
+        )
+    });
+    let outcome = br#"{"result": {"content": []}}"#;
+    let finished = call("store_result", |out| unsafe {
+        mcpts_handle_store_result(
+            h,
+            id.as_ptr(),
+            c"s".as_ptr(),
+            outcome.as_ptr(),
+            outcome.len(),
+            out,
+        )
+    });
+    let other = f.create();
+    let cancelled = call("cancel", |out| unsafe {
+        mcpts_handle_cancel(h, other.as_ptr(), ptr::null(), c"stop".as_ptr(), out)
+    });
+    let s = serde_json::json!("s");
+    let want = [
+        ("created", &created, &s),
+        ("status", &asked, &s),
+        ("status", &finished, &s),
+        (
+            "created",
+            &serde_json::Value::Null,
+            &serde_json::Value::Null,
+        ),
+        ("status", &cancelled["task"], &serde_json::Value::Null),
+    ];
+    for (i, (kind, task, session)) in want.into_iter().enumerate() {
+        // SAFETY: `events` is live until freed below.
+        let event = unsafe { next_event(events, 10_000) }
+            .unwrap_or_else(|code| panic!("event {i}: {code:?}: {}", last_error()));
+        assert_eq!(event["type"], kind, "event {i}: {event}");
+        assert_eq!(&event["session"], session, "event {i}: {event}");
+        if task.is_null() {
+            assert_eq!(event["task"]["taskId"], other.to_str().unwrap());
+            assert_eq!(event["task"]["status"], "working");
+        } else {
+            assert_eq!(&event["task"], task, "event {i}");
+        }
+    }
+    assert_eq!(asked["status"], "input_required");
+    assert_eq!(finished["status"], "completed");
+    assert_eq!(cancelled["task"]["status"], "cancelled");
+    // SAFETY: live until freed, once, here.
+    unsafe {
+        assert_eq!(next_event(events, 0), Err(mcpts_result::Timeout));
+        mcpts_events_free(events);
+    }
+}
+
+/// With nothing to read, `mcpts_events_next` waits out its timeout (0: not at all) and
+/// returns `TIMEOUT`; the subscription is still good afterwards.
+#[test]
+fn events_next_times_out() {
+    let f = Fixture::new();
+    let events = subscribe(&f);
+    // SAFETY: live until freed, once, at the end.
+    unsafe {
+        assert_eq!(next_event(events, 0), Err(mcpts_result::Timeout));
+        assert_eq!(last_error(), "no event within the timeout");
+        let start = std::time::Instant::now();
+        assert_eq!(next_event(events, 50), Err(mcpts_result::Timeout));
+        assert!(start.elapsed() >= std::time::Duration::from_millis(50));
+        f.create();
+        assert_eq!(next_event(events, 0).unwrap()["type"], "created");
+        assert_eq!(last_error(), "");
+        mcpts_events_free(events);
+    }
+}
+
+/// A reader blocked without a timeout when the store is freed wakes with `CLOSED`, after
+/// the events that were still queued; every later read is `CLOSED` at once.
+#[test]
+fn events_reader_blocked_when_the_store_is_freed_gets_closed() {
+    let f = Fixture::new();
+    let events = subscribe(&f);
+    let events_addr = events as usize;
+    let (done, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let events = events_addr as *const mcpts_events;
+        let mut kinds = Vec::new();
+        // SAFETY: the subscription is freed only after this thread reports.
+        let code = loop {
+            match unsafe { next_event(events, MCPTS_WAIT_FOREVER) } {
+                Ok(event) => kinds.push(event["type"].as_str().unwrap().to_owned()),
+                Err(code) => break code,
+            }
+        };
+        let _ = done.send((code, last_error(), kinds));
+    });
+    f.create();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    drop(f);
+    let (code, message, kinds) =
+        join_within(outcome).expect("a reader was still blocked 10 s after the store was freed");
+    assert_eq!(code, mcpts_result::Closed, "{message}");
+    assert_eq!(
+        message,
+        "the task store is closed (every event it sent has been read)"
+    );
+    assert_eq!(kinds, ["created"]);
+    // SAFETY: the reader is done; freed once, here.
+    unsafe {
+        assert_eq!(
+            next_event(events, MCPTS_WAIT_FOREVER),
+            Err(mcpts_result::Closed)
+        );
+        mcpts_events_free(events);
+    }
+}
+
+/// Freeing the store leaves a subscription's queued events to be read; a handle of the
+/// freed store cannot subscribe.
+#[test]
+fn events_queued_before_the_store_is_freed_are_still_read() {
+    let f = Fixture::new();
+    let events = subscribe(&f);
+    let (a, b) = (f.create(), f.create());
+    let mut handle: *mut mcpts_handle = ptr::null_mut();
+    // SAFETY: the fixture's handle is live; the twin is freed once, below.
+    assert_eq!(
+        unsafe { mcpts_handle_clone(f.handle, &mut handle) },
+        mcpts_result::Ok
+    );
+    drop(f);
+    // SAFETY: live until freed, once, here.
+    unsafe {
+        for id in [a, b] {
+            let event = next_event(events, 0).unwrap();
+            assert_eq!(event["task"]["taskId"], id.to_str().unwrap());
+        }
+        assert_eq!(next_event(events, 0), Err(mcpts_result::Closed));
+        assert_eq!(next_event(events, 1000), Err(mcpts_result::Closed));
+        mcpts_events_free(events);
+
+        let mut again = ptr::NonNull::<mcpts_events>::dangling().as_ptr();
+        let untouched = again;
+        assert_eq!(
+            mcpts_handle_subscribe(handle, &mut again),
+            mcpts_result::Closed
+        );
+        assert_eq!(last_error(), "the task store is closed");
+        assert_eq!(again, untouched);
+        mcpts_handle_free(handle);
+    }
+}
+
+#[test]
+fn events_null_parameters() {
+    let f = Fixture::new();
+    let events = subscribe(&f);
+    let mut out: *mut mcpts_events = ptr::null_mut();
+    let mut bytes: *mut mcpts_bytes = ptr::null_mut();
+    // SAFETY: every pointer is NULL, a live local, or live from the library.
+    unsafe {
+        assert_eq!(
+            mcpts_handle_subscribe(ptr::null(), &mut out),
+            mcpts_result::NullParameter
+        );
+        assert_eq!(last_error(), "argument 'handle' is NULL");
+        assert_eq!(
+            mcpts_handle_subscribe(f.handle, ptr::null_mut()),
+            mcpts_result::NullParameter
+        );
+        assert_eq!(last_error(), "argument 'events_out' is NULL");
+        assert!(out.is_null());
+        assert_eq!(
+            mcpts_events_next(ptr::null(), 0, &mut bytes),
+            mcpts_result::NullParameter
+        );
+        assert_eq!(last_error(), "argument 'events' is NULL");
+        assert_eq!(
+            mcpts_events_next(events, MCPTS_WAIT_FOREVER, ptr::null_mut()),
+            mcpts_result::NullParameter
+        );
+        assert_eq!(last_error(), "argument 'event_out' is NULL");
+        assert!(bytes.is_null());
+        mcpts_events_free(ptr::null_mut());
+        mcpts_events_free(events);
+    }
+}
+
+/// A subscription freed with events unread ends quietly: the store carries on, and other
+/// subscriptions still hear of every change.
+#[test]
+fn events_freed_unread_leave_the_store_and_other_subscriptions_alone() {
+    let f = Fixture::new();
+    let (dropped, kept) = (subscribe(&f), subscribe(&f));
+    let mut ids = vec![f.create(), f.create()];
+    // SAFETY: live, freed once, here.
+    unsafe { mcpts_events_free(dropped) };
+    ids.extend([f.create(), f.create()]);
+    for id in &ids {
+        // SAFETY: live until freed below.
+        let event = unsafe { next_event(kept, 1000) }.unwrap();
+        assert_eq!(event["type"], "created");
+        assert_eq!(event["task"]["taskId"], id.to_str().unwrap());
+    }
+    // SAFETY: live, freed once, here.
+    unsafe { mcpts_events_free(kept) };
+    f.create();
+}
+
+/// A subscription nobody reads never slows the store: its buffer fills, further events
+/// are dropped for it, and it reads a `lagged` event with their number before the next
+/// event it has room for.
+#[test]
+fn events_a_slow_reader_lags_and_never_blocks_the_store() {
+    const TASKS: u64 = 1100; // more than a subscription buffers (1024)
+    let f = Fixture::new();
+    let events = subscribe(&f);
+    let start = std::time::Instant::now();
+    for _ in 0..TASKS {
+        f.create();
+    }
+    assert!(start.elapsed() < std::time::Duration::from_secs(30));
+    // SAFETY: live until freed, once, at the end.
+    unsafe {
+        let mut read = 0;
+        while let Ok(event) = next_event(events, 0) {
+            assert_eq!(event["type"], "created");
+            read += 1;
+        }
+        assert!(read < TASKS, "all {read} events were buffered");
+        // The next change tells the reader what it missed, then comes through itself.
+        let last = f.create();
+        let lagged = next_event(events, 1000).unwrap();
+        assert_eq!(
+            lagged,
+            serde_json::json!({"type": "lagged", "missed": TASKS - read})
+        );
+        let event = next_event(events, 1000).unwrap();
+        assert_eq!(event["task"]["taskId"], last.to_str().unwrap());
+        mcpts_events_free(events);
+    }
+}
+
+/// Readers on several threads share one subscription: each event goes to exactly one
+/// of them, and each reader sees its share in the order the store made them.
+#[test]
+fn events_read_from_several_threads_go_to_one_reader_each() {
+    const TASKS: usize = 300;
+    let f = Fixture::new();
+    let events = subscribe(&f);
+    let events_addr = events as usize;
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let events = events_addr as *const mcpts_events;
+                let mut seen = Vec::new();
+                // SAFETY: the subscription is freed only after every reader is joined.
+                while let Ok(event) = unsafe { next_event(events, MCPTS_WAIT_FOREVER) } {
+                    seen.push(event["task"]["taskId"].as_str().unwrap().to_owned());
+                }
+                seen
+            })
+        })
+        .collect();
+    let ids: Vec<String> = (0..TASKS)
+        .map(|_| f.create().into_string().unwrap())
+        .collect();
+    // Freeing the store ends the readers once the queue is empty.
+    drop(f);
+    let mut all = Vec::new();
+    for reader in readers {
+        let seen = reader.join().unwrap();
+        let positions: Vec<usize> = seen
+            .iter()
+            .map(|id| ids.iter().position(|x| x == id).unwrap())
+            .collect();
+        assert!(positions.windows(2).all(|w| w[0] < w[1]), "out of order");
+        all.extend(seen);
+    }
+    all.sort();
+    let mut want = ids;
+    want.sort();
+    assert_eq!(all, want);
+    // SAFETY: every reader is joined; freed once, here.
+    unsafe { mcpts_events_free(events) };
+}
