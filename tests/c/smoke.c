@@ -118,6 +118,46 @@ static void *wait_forever(void *arg) {
     return NULL;
 }
 
+/* Reads the subscription's next event (waiting at most 5 s): it must be of `type` and
+   hold `needle`. */
+static void expect_event(mcpts_events *events, const char *type, const char *needle, int line) {
+    mcpts_bytes *event = SENTINEL;
+    mcpts_result rc = mcpts_events_next(events, 5000, &event);
+    if (rc != MCPTS_RESULT_OK) {
+        fprintf(stderr, "smoke.c:%d: events_next returned %s\n", line, mcpts_result_name(rc));
+        exit(1);
+    }
+    char kind[64];
+    snprintf(kind, sizeof kind, "{\"type\":\"%s\",", type);
+    if (strncmp(mcpts_bytes_data(event), kind, strlen(kind)) != 0) {
+        fprintf(stderr, "smoke.c:%d: event %s is not a %s\n", line, mcpts_bytes_data(event), type);
+        exit(1);
+    }
+    expect_json(event, needle, line);
+}
+#define EVENT(events, type, needle) expect_event((events), (type), (needle), __LINE__)
+
+struct reader {
+    mcpts_events *events;
+    int seen;
+    mcpts_result result;
+};
+
+/* Reads events, never timing out, until a call fails; records how many and the failure. */
+static void *read_until_closed(void *arg) {
+    struct reader *r = arg;
+    for (;;) {
+        mcpts_bytes *event = SENTINEL;
+        mcpts_result rc = mcpts_events_next(r->events, MCPTS_WAIT_FOREVER, &event);
+        if (rc != MCPTS_RESULT_OK) {
+            r->result = event == SENTINEL ? rc : MCPTS_RESULT_PANIC; /* written on failure */
+            return NULL;
+        }
+        r->seen++;
+        mcpts_bytes_free(event);
+    }
+}
+
 static void result_names(void) {
     CHECK(strcmp(mcpts_result_name(MCPTS_RESULT_OK), "MCPTS_RESULT_OK") == 0);
     CHECK(strcmp(mcpts_result_name(MCPTS_RESULT_NOT_FOUND), "MCPTS_RESULT_NOT_FOUND") == 0);
@@ -131,6 +171,7 @@ static void bytes_and_last_error_edges(void) {
     CHECK(mcpts_bytes_len(NULL) == 0);
     mcpts_store_free(NULL);
     mcpts_handle_free(NULL);
+    mcpts_events_free(NULL);
 
     /* A failure sets the last error; it can be measured, truncated, and read again. */
     mcpts_store *store = SENTINEL;
@@ -191,6 +232,21 @@ int main(void) {
     CHECK(h2 == SENTINEL);
     OK(mcpts_handle_clone(h, &h2));
 
+    /* subscribe: one subscription read along the way, one never read (freed at the end) */
+    mcpts_events *ev = SENTINEL, *unread = NULL;
+    mcpts_bytes *event = SENTINEL;
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_subscribe(NULL, &ev));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_subscribe(h, NULL));
+    CHECK(ev == SENTINEL);
+    OK(mcpts_handle_subscribe(h, &ev));
+    OK(mcpts_handle_subscribe(h2, &unread));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_events_next(NULL, 0, &event));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_events_next(ev, 0, NULL));
+    EXPECT(MCPTS_RESULT_TIMEOUT, mcpts_events_next(ev, 0, &event));
+    EXPECT(MCPTS_RESULT_TIMEOUT, mcpts_events_next(ev, 20, &event));
+    MENTIONS("no event");
+    CHECK(event == SENTINEL);
+
     /* create */
     mcpts_bytes *out = SENTINEL;
     const char *req = "{\"ttl\": 60000, \"origin\": {\"method\": \"tools/call\"}}";
@@ -211,6 +267,11 @@ int main(void) {
     create_task(h2, "{\"ttl\": null, \"session\": null}", b);
     create_task(h, "{\"ttl\": 0}", c);
     create_task(h, "{\"session\": \"s1\"}", s1);
+    EVENT(ev, "created", "\"ttl\":60000");
+    EVENT(ev, "created", a);
+    EVENT(ev, "created", b);
+    EVENT(ev, "created", "\"session\":null}");
+    EVENT(ev, "created", "\"session\":\"s1\"}");
 
     /* get */
     out = SENTINEL;
@@ -246,6 +307,7 @@ int main(void) {
     CHECK(out == SENTINEL);
     OK(mcpts_handle_update_status(h, a, NULL, "working", "step 1 of 3", &out));
     JSON_HAS(out, "\"statusMessage\":\"step 1 of 3\"");
+    EVENT(ev, "status", "\"statusMessage\":\"step 1 of 3\"");
 
     /* input requests */
     const char *ask = "{\"ask-1\": {\"method\": \"elicitation/create\", \"params\": {}}}";
@@ -409,17 +471,42 @@ int main(void) {
     mcpts_handle_free(h3);
     mcpts_store_free(store2);
 
-    /* freeing the store wakes a blocked waiter with CLOSED ... */
+    /* freeing the store wakes a blocked waiter and a blocked event reader with CLOSED
+       (the reader after the one event queued for it) ... */
+    mcpts_events *late = NULL;
+    OK(mcpts_handle_subscribe(h2, &late));
     char d[37];
     create_task(h, "{}", d);
     struct waiter w = {h2, d, MCPTS_RESULT_OK};
-    pthread_t thread;
+    struct reader r = {late, 0, MCPTS_RESULT_OK};
+    pthread_t thread, reading;
     CHECK(pthread_create(&thread, NULL, wait_forever, &w) == 0);
+    CHECK(pthread_create(&reading, NULL, read_until_closed, &r) == 0);
     struct timespec pause = {0, 100 * 1000 * 1000};
     nanosleep(&pause, NULL);
     mcpts_store_free(store);
     CHECK(pthread_join(thread, NULL) == 0);
+    CHECK(pthread_join(reading, NULL) == 0);
     if (w.result != MCPTS_RESULT_CLOSED) FAIL("waiter got %s", mcpts_result_name(w.result));
+    if (r.result != MCPTS_RESULT_CLOSED) FAIL("reader got %s", mcpts_result_name(r.result));
+    CHECK(r.seen == 1);
+    EXPECT(MCPTS_RESULT_CLOSED, mcpts_events_next(late, MCPTS_WAIT_FOREVER, &event));
+    MENTIONS("every event");
+    CHECK(event == SENTINEL);
+    mcpts_events_free(late);
+
+    /* ... the events still queued are read after the store is gone, then CLOSED ... */
+    int queued = 0;
+    mcpts_result rc;
+    while ((rc = mcpts_events_next(ev, MCPTS_WAIT_FOREVER, &event)) == MCPTS_RESULT_OK) {
+        queued++;
+        mcpts_bytes_free(event);
+        event = SENTINEL;
+    }
+    if (rc != MCPTS_RESULT_CLOSED) FAIL("draining got %s", mcpts_result_name(rc));
+    CHECK(queued > 0);
+    mcpts_events_free(ev);
+    mcpts_events_free(unread); /* a subscription freed with every event unread */
 
     /* ... and handles used afterwards report CLOSED, never crash */
     EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_create(h, u8("{}"), 2, &out));
@@ -435,6 +522,9 @@ int main(void) {
     mcpts_handle *h4 = SENTINEL;
     EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_clone(h, &h4));
     CHECK(h4 == SENTINEL);
+    mcpts_events *ev2 = SENTINEL;
+    EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_subscribe(h, &ev2));
+    CHECK(ev2 == SENTINEL);
     mcpts_handle_free(h2);
     mcpts_handle_free(h);
 
