@@ -17,7 +17,7 @@ import sys
 import traceback
 import warnings
 
-from mcpts import CLOSED, OK, WAIT_FOREVER, Bytes, Handle, Store, last_error, load, take_json
+from mcpts import CLOSED, OK, WAIT_FOREVER, Bytes, Events, Handle, Store, last_error, load, take_json
 
 # A child call that hangs is killed by SIGALRM after this long.
 CHILD_TIMEOUT_S = 10
@@ -30,8 +30,9 @@ def create(lib, handle):
     return take_json(lib, out)["taskId"].encode()
 
 
-def child(lib, store, handle, task_id):
-    """Every call on the parent's store returns CLOSED at once; frees return."""
+def child(lib, store, handle, events, task_id):
+    """Every call on the parent's store returns CLOSED at once (reading a subscription
+    too, though an event is queued on it); frees return."""
     signal.alarm(CHILD_TIMEOUT_S)
     failures = []
     out = ctypes.POINTER(Bytes)()
@@ -39,6 +40,7 @@ def child(lib, store, handle, task_id):
         {"jsonrpc": "2.0", "id": 1, "method": "tasks/result", "params": {"taskId": task_id.decode()}}
     ).encode()
     twin = ctypes.POINTER(Handle)()
+    subscription = ctypes.POINTER(Events)()
     calls = {
         "get": lambda: lib.mcpts_handle_get(handle, task_id, None, ctypes.byref(out)),
         "create": lambda: lib.mcpts_handle_create(handle, b"{}", 2, ctypes.byref(out)),
@@ -50,6 +52,8 @@ def child(lib, store, handle, task_id):
         ),
         "clone": lambda: lib.mcpts_handle_clone(handle, ctypes.byref(twin)),
         "store_handle": lambda: lib.mcpts_store_handle(store, ctypes.byref(twin)),
+        "subscribe": lambda: lib.mcpts_handle_subscribe(handle, ctypes.byref(subscription)),
+        "events_next": lambda: lib.mcpts_events_next(events, WAIT_FOREVER, ctypes.byref(out)),
     }
     for name, call in calls.items():
         code = call()
@@ -58,9 +62,10 @@ def child(lib, store, handle, task_id):
             failures.append(f"{name} returned {lib.mcpts_result_name(code).decode()}, want CLOSED")
         elif f"belongs to process {os.getppid()}" not in message or "fork()" not in message:
             failures.append(f"{name}: last error does not explain the fork: {message!r}")
-    if out or twin:
+    if out or twin or subscription:
         failures.append("a failed call wrote its out-parameter")
-    # Both must return: nothing to join here.
+    # All must return: nothing to join here.
+    lib.mcpts_events_free(events)
     lib.mcpts_handle_free(handle)
     lib.mcpts_store_free(store)
     return failures
@@ -72,6 +77,8 @@ def main(path):
     assert lib.mcpts_store_new(b"{}", 2, ctypes.byref(store)) == OK
     handle = ctypes.POINTER(Handle)()
     assert lib.mcpts_store_handle(store, ctypes.byref(handle)) == OK
+    events = ctypes.POINTER(Events)()
+    assert lib.mcpts_handle_subscribe(handle, ctypes.byref(events)) == OK, last_error(lib)
     task_id = create(lib, handle)
 
     # os.fork runs the atfork handlers; glibc's _Fork (2.34 and later) does not, as a raw
@@ -87,7 +94,7 @@ def main(path):
             pid = fork()
         if pid == 0:
             try:
-                failures = child(lib, store, handle, task_id)
+                failures = child(lib, store, handle, events, task_id)
             except BaseException:
                 traceback.print_exc()
                 failures = ["the child raised"]
@@ -109,7 +116,12 @@ def main(path):
     out = ctypes.POINTER(Bytes)()
     assert lib.mcpts_handle_get(handle, task_id, None, ctypes.byref(out)) == OK, last_error(lib)
     assert take_json(lib, out)["status"] == "working"
+    # The event queued before the forks is still the parent's to read.
+    assert lib.mcpts_events_next(events, 0, ctypes.byref(out)) == OK, last_error(lib)
+    event = take_json(lib, out)
+    assert event["type"] == "created" and event["task"]["taskId"] == task_id.decode(), event
     create(lib, handle)
+    lib.mcpts_events_free(events)
     lib.mcpts_handle_free(handle)
     lib.mcpts_store_free(store)
     print("ffi_fork.py: ok")

@@ -25,11 +25,16 @@ class Bytes(ctypes.Structure):
     pass
 
 
+class Events(ctypes.Structure):
+    pass
+
+
 def load(path):
     """Loads the library at `path` with the argument and result types of what the tests call."""
     lib = ctypes.CDLL(path)
     u8p, size, u32, u64 = ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_uint64
     s, h, b = ctypes.POINTER(Store), ctypes.POINTER(Handle), ctypes.POINTER(Bytes)
+    e = ctypes.POINTER(Events)
     signatures = {
         "mcpts_store_new": (u32, [u8p, size, ctypes.POINTER(s)]),
         "mcpts_store_free": (None, [s]),
@@ -43,6 +48,9 @@ def load(path):
         "mcpts_handle_wait": (u32, [h, u8p, u8p, u64, ctypes.POINTER(b)]),
         "mcpts_handle_cancel": (u32, [h, u8p, u8p, u8p, ctypes.POINTER(b)]),
         "mcpts_handle_dispatch": (u32, [h, u8p, size, u8p, ctypes.POINTER(b)]),
+        "mcpts_handle_subscribe": (u32, [h, ctypes.POINTER(e)]),
+        "mcpts_events_next": (u32, [e, u64, ctypes.POINTER(b)]),
+        "mcpts_events_free": (None, [e]),
         "mcpts_bytes_data": (ctypes.c_void_p, [b]),
         "mcpts_bytes_len": (size, [b]),
         "mcpts_bytes_free": (None, [b]),
