@@ -1094,3 +1094,25 @@ fn events_read_from_several_threads_go_to_one_reader_each() {
     // SAFETY: every reader is joined; freed once, here.
     unsafe { mcpts_events_free(events) };
 }
+
+/// The README's C section names every function of the header, so a new one cannot be
+/// left out of it.
+#[test]
+fn readme_names_every_function() {
+    let header = std::fs::read_to_string(manifest_dir().join("include/mcp_task_store.h")).unwrap();
+    let readme = std::fs::read_to_string(manifest_dir().join("README.md")).unwrap();
+    let functions: Vec<&str> = header
+        .lines()
+        .filter(|line| !line.starts_with(' ') && !line.starts_with('#'))
+        .filter_map(|line| line.split_once('(').map(|(head, _)| head))
+        .filter_map(|head| head.rsplit([' ', '*']).next())
+        .filter(|name| name.starts_with("mcpts_"))
+        .collect();
+    assert!(functions.len() > 20, "{functions:?}");
+    for name in functions {
+        assert!(
+            readme.contains(&format!("`{name}`")),
+            "the README does not name {name}"
+        );
+    }
+}
