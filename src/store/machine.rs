@@ -900,7 +900,8 @@ impl<W> StoreMachine<W> {
     /// Rebuilds a machine from recovered records. TTL deadlines are recomputed from each
     /// task's wall-clock creation time, so a task whose TTL passed while the process was
     /// down expires on the first `handle_timeout(now)`; a task failed by expiry keeps the
-    /// rest of its grace; `max_ttl` caps every recovered task (also one created under a
+    /// rest of its grace. A task dated ahead of `now` (a clock set back across the restart)
+    /// has no more left than it had at its last change; `max_ttl` caps every recovered task (also one created under a
     /// looser configuration or with no TTL; it still counts from creation), and without one
     /// [`StoreConfig::MAX_DURATION`] caps those with a TTL. Tasks still running follow
     /// `policy`. Journaling starts enabled, and the recovery's own changes (failed and
@@ -979,9 +980,18 @@ impl<W> StoreMachine<W> {
         let capped = ttl != record.ttl;
         record.ttl = ttl;
         // Wall-clock deadline -> time left -> a deadline on this process's monotonic base.
+        // Time has passed the record's own times, whatever this clock says: the time left
+        // counts from no earlier than them, and is never more than the span the deadline
+        // ends (the TTL, or the grace). A clock set back across the restart would otherwise
+        // add its step to every TTL (also past `max_ttl`).
         let expires_at = record.ttl.map(|ttl| {
-            let deadline = self.restored_deadline(&record, ttl);
-            now.mono.plus(deadline.saturating_sub(now.wall.as_millis()))
+            let (deadline, span) = self.restored_deadline(&record, ttl);
+            let since = now
+                .wall
+                .max(record.created_at)
+                .max(record.last_updated_at)
+                .as_millis();
+            now.mono.plus(deadline.saturating_sub(since).min(span))
         });
         if let Some(at) = expires_at {
             self.wheel.insert(at.0, record.id);
@@ -1037,18 +1047,21 @@ impl<W> StoreMachine<W> {
     /// for a task the `Fail` policy already failed, the end of the grace that began when it
     /// expired. The expiry bumped `last_updated_at` and a failed task changes no more, so
     /// that is when the running store started the grace; it can be well after the TTL (a
-    /// task whose TTL ran out while the process was down expires at the next start).
-    fn restored_deadline(&self, record: &TaskRecord, ttl: u64) -> u64 {
+    /// task whose TTL ran out while the process was down expires at the next start). With
+    /// it, the span that deadline ends (the TTL, or the grace): no more than that is left.
+    fn restored_deadline(&self, record: &TaskRecord, ttl: u64) -> (u64, u64) {
         let ttl_ends = record.created_at.as_millis().saturating_add(ttl);
         match self.config.expiry {
             ExpiryPolicy::Fail { grace }
                 if record.expired && record.status == TaskStatus::Failed =>
             {
-                ttl_ends
+                let grace = duration_ms(grace);
+                let ends = ttl_ends
                     .max(record.last_updated_at.as_millis())
-                    .saturating_add(duration_ms(grace))
+                    .saturating_add(grace);
+                (ends, grace)
             }
-            _ => ttl_ends,
+            _ => (ttl_ends, ttl),
         }
     }
 

@@ -1391,6 +1391,69 @@ fn a_recovered_task_dated_ahead_of_the_clock_keeps_its_times_in_order() {
     assert!(task.last_updated_at >= task.created_at, "{task:?}");
 }
 
+/// A clock set back an hour across a restart: the recovered tasks are dated an hour ahead
+/// of it. Their time left counts from no earlier than their own last change, so none
+/// outlives its TTL (or its grace) by the step.
+#[test]
+fn a_recovered_task_dated_ahead_of_the_clock_lives_no_longer_than_its_ttl() {
+    use crate::store::record::RecoveryPolicy;
+    const HOUR: u64 = 3_600_000;
+    let cfg = StoreConfig {
+        expiry: ExpiryPolicy::Remove,
+        ..config()
+    };
+    let mut m = machine(cfg.clone());
+    m.create(at(HOUR), id(1), CreateTask::new().ttl(1_000))
+        .unwrap();
+    // Task 2 was last changed 4 s into its 10 s TTL: 6 s are left, at most.
+    m.create(at(HOUR), id(2), CreateTask::new().ttl(10_000))
+        .unwrap();
+    m.update_status(at(HOUR + 4_000), id(2), None, TaskStatus::Working, None)
+        .unwrap();
+    let records = m.records();
+    let mut m: M =
+        StoreMachine::restore(cfg, 0x5eed, 3, records, at(0), RecoveryPolicy::Keep).unwrap();
+    assert_eq!(m.poll_timeout(), Some(Millis(1_000)));
+    assert!(!m.handle_timeout(at(1_000), usize::MAX));
+    assert_eq!(
+        m.len(),
+        1,
+        "task 1 is gone a TTL after the restart, not an hour later"
+    );
+    assert!(!m.handle_timeout(at(6_000), usize::MAX));
+    assert_eq!(
+        (m.len(), m.poll_timeout()),
+        (0, None),
+        "task 2 had 6 s left"
+    );
+}
+
+#[test]
+fn a_recovered_task_failed_by_expiry_ahead_of_the_clock_keeps_no_more_than_its_grace() {
+    use crate::store::record::RecoveryPolicy;
+    const HOUR: u64 = 3_600_000;
+    let cfg = StoreConfig {
+        expiry: ExpiryPolicy::Fail {
+            grace: Duration::from_secs(30),
+        },
+        ..config()
+    };
+    let mut m = machine(cfg.clone());
+    m.create(at(HOUR), id(1), CreateTask::new().ttl(1_000))
+        .unwrap();
+    assert!(!m.handle_timeout(at(HOUR + 1_000), usize::MAX));
+    let record = m.records().pop().unwrap();
+    assert!(record.expired);
+    let mut m: M =
+        StoreMachine::restore(cfg, 0x5eed, 2, [record], at(0), RecoveryPolicy::Keep).unwrap();
+    assert!(!m.handle_timeout(at(30_000), usize::MAX));
+    assert_eq!(
+        m.len(),
+        0,
+        "its grace ran out 30 s after the restart at the latest"
+    );
+}
+
 // ----- sessions ---------------------------------------------------------------------------
 
 #[test]
