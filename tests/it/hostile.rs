@@ -185,6 +185,10 @@ struct Harness {
     rev: Rev,
     /// What the server sent on its own (requests and notifications), read so far.
     from_server: Vec<Value>,
+    /// The cancels the test sent, each with how many of the server's messages had been
+    /// read when it had taken effect (a cancelled subscription sends nothing after that);
+    /// `None` when cancels were sent from two threads at once, unnoted.
+    cancels: Option<Vec<(usize, Value)>>,
     /// Ids of the server's requests the test has not answered yet.
     unanswered: Vec<Value>,
     tasks: Vec<String>,
@@ -222,6 +226,7 @@ impl Harness {
             events: Some(events),
             rev,
             from_server: Vec::new(),
+            cancels: Some(Vec::new()),
             unanswered: Vec::new(),
             tasks: Vec::new(),
             cursor: None,
@@ -463,17 +468,27 @@ impl Harness {
     }
 
     /// Every message the server sent on its own is a well-formed request or notification,
-    /// or the result that ends a task subscription; a subscription's messages come after
-    /// its acknowledgement and before its result.
+    /// or the result that ends a task subscription. A subscription's messages come after
+    /// its acknowledgement (one per subscription) and before its result, and none after
+    /// its client cancelled it; they report only the tasks acknowledged, and none after it
+    /// reported that task's end.
     fn check_outgoing(&mut self) -> Result<(), TestCaseError> {
         self.read_server();
         self.decline_all();
-        // Subscriptions acknowledged and not ended yet, by id (one may also end silently,
-        // cancelled by its client, and its id be used again).
-        let mut open: Vec<&Value> = Vec::new();
-        for message in &self.from_server {
+        // Subscriptions acknowledged and not ended yet, by id, each with the tasks it
+        // agreed to and those it reported ended. (Without noted cancels, one may also have
+        // ended silently, and its id be used again.)
+        let mut open: Vec<(&Value, Vec<&Value>, Vec<&Value>)> = Vec::new();
+        let noted = self.cancels.as_deref();
+        let mut cancels = noted.unwrap_or_default().iter().peekable();
+        for (at, message) in self.from_server.iter().enumerate() {
+            // A cancel that took effect before this message ended its subscription.
+            while let Some((_, id)) = cancels.next_if(|(cancelled, _)| *cancelled <= at) {
+                open.retain(|(open, ..)| *open != id);
+            }
             prop_assert_eq!(&message["jsonrpc"], "2.0", "{}", message);
             let subscription = &message["params"]["_meta"][SUBSCRIPTION_KEY];
+            let position = open.iter().position(|(open, ..)| *open == subscription);
             match message["method"].as_str() {
                 Some("notifications/tasks/status") => {
                     prop_assert!(message["params"]["taskId"].is_string(), "{}", message);
@@ -488,14 +503,40 @@ impl Harness {
                         "only task notifications are served: {}",
                         message
                     );
-                    if !open.contains(&subscription) {
-                        open.push(subscription);
+                    let tasks: Vec<&Value> = agreed["taskIds"]
+                        .as_array()
+                        .map(|ids| ids.iter().collect())
+                        .unwrap_or_default();
+                    match position {
+                        // Its id is an open subscription's: refused, unless that one may
+                        // have been cancelled unnoted.
+                        Some(_) if noted.is_some() => {
+                            return Err(TestCaseError::fail(format!(
+                                "a second acknowledgement: {message}"
+                            )))
+                        }
+                        Some(i) => open[i] = (subscription, tasks, Vec::new()),
+                        None => open.push((subscription, tasks, Vec::new())),
                     }
                 }
                 Some("notifications/tasks") => {
-                    prop_assert!(open.contains(&subscription), "{}", message);
+                    let Some(i) = position else {
+                        return Err(TestCaseError::fail(format!(
+                            "not after an acknowledgement, or after the end: {message}"
+                        )));
+                    };
                     check_task(&message["params"], true)
                         .map_err(|why| TestCaseError::fail(format!("{why}: {message}")))?;
+                    let (_, agreed, ended) = &mut open[i];
+                    let task = &message["params"]["taskId"];
+                    prop_assert!(agreed.contains(&task), "not agreed: {}", message);
+                    prop_assert!(!ended.contains(&task), "after its end: {}", message);
+                    if matches!(
+                        message["params"]["status"].as_str(),
+                        Some("completed" | "failed" | "cancelled")
+                    ) {
+                        ended.push(task);
+                    }
                 }
                 Some(_) => {}
                 None => {
@@ -503,10 +544,52 @@ impl Harness {
                     let id = &message["id"];
                     let ending = json!({"resultType": "complete", "_meta": {SUBSCRIPTION_KEY: id}});
                     prop_assert_eq!(&message["result"], &ending, "{}", message);
-                    prop_assert!(open.contains(&id), "an end before its start: {}", message);
-                    open.retain(|o| *o != id);
+                    let ended = open.iter().position(|(open, ..)| *open == id);
+                    let Some(i) = ended else {
+                        return Err(TestCaseError::fail(format!(
+                            "an end before its start, after a cancel, or twice: {message}"
+                        )));
+                    };
+                    open.remove(i);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Each accepted subscription (a listen that got no answer of its own) was acknowledged,
+    /// once: as many acknowledgements under each id as listens accepted under it.
+    fn check_acknowledged(&self, answered: &[(Kind, Got)]) -> Result<(), TestCaseError> {
+        let accepted = answered.iter().filter_map(|(kind, got)| match (kind, got) {
+            (Kind::Request { id, method, .. }, Got::Answer(Value::Null))
+                if method == "subscriptions/listen" =>
+            {
+                Some(id)
+            }
+            _ => None,
+        });
+        let acknowledged = self
+            .from_server
+            .iter()
+            .filter(|m| m["method"] == "notifications/subscriptions/acknowledged")
+            .map(|m| &m["params"]["_meta"][SUBSCRIPTION_KEY]);
+        let mut count: Vec<(&Value, i64)> = Vec::new();
+        let signed = accepted
+            .map(|id| (id, 1))
+            .chain(acknowledged.map(|id| (id, -1)));
+        for (id, n) in signed {
+            match count.iter_mut().find(|(seen, _)| *seen == id) {
+                Some((_, total)) => *total += n,
+                None => count.push((id, n)),
+            }
+        }
+        for (id, n) in count {
+            prop_assert_eq!(
+                n,
+                0,
+                "subscription {}: accepted listens minus acknowledgements",
+                id
+            );
         }
         Ok(())
     }
@@ -928,6 +1011,15 @@ fn run(rev: Rev, messages: &[Msg]) -> Result<(), TestCaseError> {
         let kind = kind_on(&h.connection, &text);
         let rx = h.send(&text);
         h.read_server();
+        // A cancel has taken effect once the connection took it: noted where it did.
+        let cancelled: Vec<&Value> = match &kind {
+            Kind::Batch(Some(items)) => items.iter().filter_map(cancelled_id).collect(),
+            kind => cancelled_id(kind).into_iter().collect(),
+        };
+        let at = h.from_server.len();
+        if let Some(cancels) = &mut h.cancels {
+            cancels.extend(cancelled.into_iter().map(|id| (at, id.clone())));
+        }
         // Most answers come at once: learn from them, so later messages can name the
         // tasks they created.
         let got = match rx.try_recv() {
@@ -976,6 +1068,7 @@ fn check_all(
             .map_err(|e| TestCaseError::fail(format!("message {i}: {e}")))?;
     }
     h.check_outgoing()?;
+    h.check_acknowledged(answered)?;
     h.still_works();
     h.check_outgoing()
 }
@@ -985,6 +1078,7 @@ fn check_all(
 /// tasks known before, and a cancel in either list may withhold a response.
 fn run_concurrently(rev: Rev, a: &[Msg], b: &[Msg]) -> Result<(), TestCaseError> {
     let mut h = Harness::new(rev);
+    h.cancels = None;
     h.create_task(0);
     h.create_task(5);
     let texts = |messages: &[Msg]| messages.iter().map(|m| m.text(&h)).collect::<Vec<_>>();
