@@ -43,6 +43,12 @@ pub const MAX_LISTEN_TASKS: usize = 1024;
 /// holds a TCP connection of its own).
 pub const MAX_LISTENS: usize = 1024;
 
+/// Longest string request id a `subscriptions/listen` may have, in bytes: every message of
+/// the subscription repeats it (`_meta` of the acknowledgement and of each state, the
+/// result), so a request of a few megabytes would otherwise make the server queue a copy
+/// per task, over HTTP before the client reads a byte. Request ids are short in practice.
+pub const MAX_LISTEN_ID_BYTES: usize = 256;
+
 /// Room in an HTTP listen stream's own queue: the acknowledgement, a first state per task,
 /// one change per task while the stream waits to start, and the result.
 pub(crate) const STREAM_QUEUE: usize = 2 * MAX_LISTEN_TASKS + 16;
@@ -283,6 +289,12 @@ impl Subscriptions {
         sink: Sink,
         unique_ids: bool,
     ) -> Result<ListenKey, RpcError> {
+        if matches!(id, RequestId::String(text) if text.len() > MAX_LISTEN_ID_BYTES) {
+            return Err(RpcError::invalid_request(format!(
+                "a subscription repeats its request id in every message: \
+                 at most {MAX_LISTEN_ID_BYTES} bytes"
+            )));
+        }
         let requested = requested_tasks(params)?;
         if requested.is_some() && !RequestMeta::of(params).declares_tasks {
             return Err(sep2663::missing_capability(

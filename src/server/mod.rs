@@ -47,7 +47,7 @@ pub use context::{Cancelled, ClientPeer, TaskContext};
 pub use http::fuzz_requests as fuzz_http_requests;
 #[cfg(feature = "http")]
 pub use http::{HttpOptions, HttpServer};
-pub use listen::{MAX_LISTENS, MAX_LISTEN_TASKS};
+pub use listen::{MAX_LISTENS, MAX_LISTEN_ID_BYTES, MAX_LISTEN_TASKS};
 pub use tools::{
     error_result, text_result, Preflight, TaskSupport, Tool, ToolRegistry, ToolResult,
 };

@@ -2294,3 +2294,26 @@ fn a_subscription_follows_real_store_events() {
     let result = h.outgoing.recv_timeout(WAIT).expect("the result");
     assert_eq!(result["id"], "L", "{result}");
 }
+
+#[test]
+fn a_subscription_whose_id_is_too_long_to_repeat_in_each_message_is_refused() {
+    let mut h = Harness::new();
+    let id = h.task_2026_id("sleep_required", json!({"ms": 600_000}));
+    // Every message of a subscription repeats its id: one request of a few megabytes
+    // would otherwise queue a copy per task (over HTTP, before the client reads any).
+    let long = "x".repeat(64 * 1024);
+    let text = json!({"jsonrpc": "2.0", "id": long, "method": "subscriptions/listen",
+                      "params": {"_meta": meta(true), "notifications": {"taskIds": [id]}}});
+    let refused = h.send_text(&text.to_string());
+    assert_eq!(
+        refused["error"]["code"],
+        -32600,
+        "{:.200}",
+        refused.to_string()
+    );
+    assert_eq!(refused["id"], long.as_str());
+    assert!(h.sent().is_empty(), "nothing else is sent");
+    // An id of a usual length is taken.
+    h.listen(&"x".repeat(200), json!({"taskIds": [id]}));
+    assert_eq!(h.sent().len(), 2);
+}
