@@ -16,18 +16,21 @@
 //!   event for a change already reported) sends nothing.
 //!
 //! Where messages go is the transport's: stdio shares the connection's writer queue, an HTTP
-//! listen stream has a queue of its own that its thread writes out. A subscription whose
-//! client stops reading (its queue stays full) ends at once, without its result: the client
-//! sees its stream end, as after a dropped connection, and subscribes again.
+//! listen stream has a queue of its own that its thread writes out. Over stdio a message
+//! waits for room as an answer does (a client that reads late gets everything; a stdio
+//! subscription has no stream whose end could tell the client it was dropped), though not
+//! past the subscription's end (its cancel, the connection closing). Over HTTP a
+//! subscription whose client stops reading (its queue full) ends at once, without its
+//! result: the client sees its stream end, as after a dropped connection, and subscribes
+//! again.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use crossbeam_channel::{SendTimeoutError, Sender, TrySendError};
+use crossbeam_channel::{select, Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 
@@ -53,10 +56,6 @@ pub const MAX_LISTEN_ID_BYTES: usize = 256;
 /// one change per task while the stream waits to start, and the result.
 pub(crate) const STREAM_QUEUE: usize = 2 * MAX_LISTEN_TASKS + 16;
 
-/// How long a message for a subscription waits for room in a shared writer queue (stdio)
-/// before the subscription is taken for abandoned.
-const SHARED_WAIT: Duration = Duration::from_secs(1);
-
 /// The `_meta` key naming the subscription a message belongs to.
 pub(crate) const SUBSCRIPTION_ID_KEY: &str = "io.modelcontextprotocol/subscriptionId";
 
@@ -65,14 +64,15 @@ pub(crate) enum Sink {
     /// A queue of its own, written out by its stream's thread (HTTP). Full means the client
     /// stopped reading; dropped, it tells that thread the subscription ended.
     Own(Sender<Value>),
-    /// The connection's writer queue (stdio), shared with answers: a message waits a moment
-    /// for room there.
+    /// The connection's writer queue (stdio), shared with answers: a message waits for room
+    /// there, as an answer does, until the subscription is ended from outside.
     Shared(Sender<Value>),
 }
 
 impl Sink {
-    /// False when the message could not be queued: the subscription is over.
-    fn send(&self, message: Value) -> bool {
+    /// False when the message could not be queued: the subscription is over. `halted`
+    /// disconnects when the subscription is ended from outside.
+    fn send(&self, message: Value, halted: &Receiver<()>) -> bool {
         match self {
             Sink::Own(queue) => match queue.try_send(message) {
                 Ok(()) => true,
@@ -82,13 +82,9 @@ impl Sink {
                 }
                 Err(TrySendError::Disconnected(_)) => false,
             },
-            Sink::Shared(queue) => match queue.send_timeout(message, SHARED_WAIT) {
-                Ok(()) => true,
-                Err(SendTimeoutError::Timeout(_)) => {
-                    log::warn!("a task subscription's client stopped reading: ended");
-                    false
-                }
-                Err(SendTimeoutError::Disconnected(_)) => false,
+            Sink::Shared(queue) => select! {
+                send(queue, message) -> sent => sent.is_ok(),
+                recv(halted) -> _ => false,
             },
         }
     }
@@ -110,6 +106,11 @@ pub(crate) enum Ending {
 /// One open subscription.
 struct Listen {
     id: RequestId,
+    /// Dropped by [`halt`](Self::halt), which disconnects `halted`: a message waiting for
+    /// room in a shared queue (with the state locked) gives up, so ending the subscription
+    /// never waits for a client that may not read again.
+    halt: Mutex<Option<Sender<()>>>,
+    halted: Receiver<()>,
     state: Mutex<ListenState>,
 }
 
@@ -167,7 +168,7 @@ impl Listen {
 
     /// Queues `message`; a subscription whose message cannot be queued is over.
     fn send(&self, state: &mut ListenState, message: Value) -> bool {
-        let sent = state.sink.as_ref().is_some_and(|sink| sink.send(message));
+        let sent = (state.sink.as_ref()).is_some_and(|sink| sink.send(message, &self.halted));
         if !sent {
             state.sink = None;
             state.followed.clear();
@@ -183,6 +184,11 @@ impl Listen {
         }
         state.sink = None;
         state.followed.clear();
+    }
+
+    /// Makes a message waiting for room give up (the subscription is being ended silently).
+    fn halt(&self) {
+        self.halt.lock().take();
     }
 
     /// Ends the subscription gracefully if it follows nothing any more. True once it ended.
@@ -310,8 +316,11 @@ impl Subscriptions {
                 }
             }
         }
+        let (halt, halted) = crossbeam_channel::bounded(0);
         let listen = Arc::new(Listen {
             id: id.clone(),
+            halt: Mutex::new(Some(halt)),
+            halted,
             state: Mutex::new(ListenState {
                 acknowledged: false,
                 followed: wanted.iter().map(|&task| (task, 0)).collect(),
@@ -383,6 +392,10 @@ impl Subscriptions {
     /// Ends subscription `key` (its client left: `Silent`; the server stops: `Graceful`).
     pub(crate) fn close(&self, key: ListenKey, ending: Ending) {
         if let Some(listen) = self.remove(key) {
+            if ending == Ending::Silent {
+                // Before the lock, which a message waiting for room holds.
+                listen.halt();
+            }
             listen.end(&mut listen.state.lock(), ending);
         }
     }
@@ -478,6 +491,8 @@ impl Subscriptions {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::model::{CreateTask, TaskStatus};
     use crate::Store;
@@ -527,6 +542,110 @@ mod tests {
             .ok();
         subscriptions.on_event(&handle, None, &status_event(&handle, tasks[0]));
         assert!(subscriptions.registry.lock().by_task.is_empty());
+    }
+
+    /// Over stdio a subscription's messages wait for room in the connection's queue as
+    /// answers do: a client that reads late (one that writes all its requests before it
+    /// reads, say) still gets every message, then the result. Had the subscription ended
+    /// there, nothing would ever tell it: a stdio subscription has no stream to end.
+    #[test]
+    fn a_stdio_subscription_waits_for_a_client_that_reads_late() {
+        let store = Store::builder().build().unwrap();
+        let handle = store.handle();
+        let tasks: Vec<TaskId> = (0..4)
+            .map(|_| handle.create(CreateTask::new()).unwrap().task_id)
+            .collect();
+        let subscriptions = Arc::new(Subscriptions::default());
+        let (queue, messages) = crossbeam_channel::bounded(2);
+        let params = declared(&tasks);
+        let opening = {
+            let (subscriptions, handle) = (subscriptions.clone(), handle.clone());
+            std::thread::spawn(move || {
+                let id = RequestId::Number(1);
+                let sink = Sink::Shared(queue);
+                subscriptions.open(&handle, None, &id, Some(&params), sink, true)
+            })
+        };
+        // The client reads nothing for a while (longer than the second a message once
+        // waited before its subscription was dropped)...
+        std::thread::sleep(Duration::from_millis(1300));
+        // ...then everything: the acknowledgement and each task's state.
+        let mut sent: Vec<Value> = (0..5)
+            .map(|_| messages.recv_timeout(Duration::from_secs(10)).unwrap())
+            .collect();
+        opening.join().unwrap().unwrap();
+        // A change while the client does not read waits too.
+        let first = tasks[0];
+        handle.cancel(first, None, None).unwrap();
+        let event = status_event(&handle, first);
+        let reporting = {
+            let (subscriptions, handle) = (subscriptions.clone(), handle.clone());
+            std::thread::spawn(move || subscriptions.on_event(&handle, None, &event))
+        };
+        std::thread::sleep(Duration::from_millis(1300));
+        sent.extend(messages.try_iter());
+        reporting.join().unwrap();
+        sent.extend(messages.try_iter());
+        for &task in &tasks[1..] {
+            handle.cancel(task, None, None).unwrap();
+            subscriptions.on_event(&handle, None, &status_event(&handle, task));
+            sent.extend(messages.try_iter());
+        }
+        let statuses = sent.iter().filter(|m| m["params"]["status"] == "cancelled");
+        assert_eq!(statuses.count(), 4, "{sent:#?}");
+        assert_eq!(sent.len(), 1 + 4 + 4 + 1, "{sent:#?}");
+        assert_eq!(sent.last().unwrap()["id"], 1, "the result, last");
+        assert_eq!(subscriptions.open.load(Ordering::Acquire), 0);
+    }
+
+    /// A stdio subscription whose message waits for room is still ended at once by its
+    /// cancel or its connection closing (which must not wait for a client that may never
+    /// read again), and sends nothing more.
+    #[test]
+    fn ending_a_stdio_subscription_does_not_wait_for_room() {
+        let store = Store::builder().build().unwrap();
+        let handle = store.handle();
+        let task = handle.create(CreateTask::new()).unwrap().task_id;
+        for cancel in [true, false] {
+            let subscriptions = Arc::new(Subscriptions::default());
+            let (queue, messages) = crossbeam_channel::bounded(2);
+            let id = RequestId::Number(7);
+            let params = declared(&[task]);
+            let sink = Sink::Shared(queue);
+            subscriptions
+                .open(&handle, None, &id, Some(&params), sink, true)
+                .unwrap();
+            assert!(messages.is_full());
+            handle
+                .update_status(task, None, TaskStatus::InputRequired, None)
+                .ok();
+            let event = status_event(&handle, task);
+            let reporting = {
+                let (subscriptions, handle) = (subscriptions.clone(), handle.clone());
+                std::thread::spawn(move || subscriptions.on_event(&handle, None, &event))
+            };
+            std::thread::sleep(Duration::from_millis(100));
+            let started = std::time::Instant::now();
+            if cancel {
+                assert!(subscriptions.cancel(&id));
+            } else {
+                subscriptions.close_all(Ending::Silent);
+            }
+            reporting.join().unwrap();
+            assert!(
+                started.elapsed() < Duration::from_millis(500),
+                "{:?}",
+                started.elapsed()
+            );
+            assert_eq!(messages.try_iter().count(), 2, "nothing after the end");
+            assert_eq!(subscriptions.open.load(Ordering::Acquire), 0);
+            let registry = subscriptions.registry.lock();
+            assert!(registry.by_key.is_empty() && registry.by_task.is_empty());
+            drop(registry);
+            handle
+                .update_status(task, None, TaskStatus::Working, None)
+                .ok();
+        }
     }
 
     #[test]

@@ -243,9 +243,11 @@ impl Server {
     }
 
     /// A new connection whose outgoing messages (server-to-client requests and
-    /// notifications) go to `outgoing`; `session` scopes the tasks it sees. Connections
-    /// with the same session, `None` included, see (and may cancel) each other's tasks:
-    /// give each client its own session unless they trust each other.
+    /// notifications) go to `outgoing`; `session` scopes the tasks it sees. A task
+    /// subscription's messages, its result included, go there too and wait for room (its
+    /// `subscriptions/listen` gets `Value::Null` from the responder). Connections with the
+    /// same session, `None` included, see (and may cancel) each other's tasks: give each
+    /// client its own session unless they trust each other.
     pub fn connect(
         &self,
         outgoing: crossbeam_channel::Sender<serde_json::Value>,
@@ -270,7 +272,8 @@ impl Server {
     /// journaled store's tasks are then visible again to the client after a restart.
     ///
     /// A client that stops reading stdout stops the server reading stdin once 1024
-    /// messages wait to be written (backpressure); notifications are dropped meanwhile.
+    /// messages wait to be written (backpressure); notifications are dropped meanwhile
+    /// (a task subscription's wait, as answers do).
     pub fn serve_stdio(&self) -> std::io::Result<()> {
         let stdin = std::io::stdin();
         stdio::serve(self, stdin.lock(), std::io::stdout())

@@ -5,7 +5,10 @@
 //! The writer's queue is bounded ([`QUEUE`] messages). A response waits for room, so a
 //! client that stops reading its output stops the server reading its input
 //! (backpressure) rather than making it keep every answer in memory; a notification or a
-//! server-to-client request never waits: it is dropped, or fails, as over HTTP.
+//! server-to-client request never waits: it is dropped, or fails, as over HTTP. A task
+//! subscription's messages wait as answers do (see `listen`), on whichever thread sends
+//! them (the reader, or the one that turns store events into them), until the subscription
+//! ends: closing the connection ends them all, so a stalled one never holds up shutdown.
 
 use std::io::{self, BufRead, BufWriter, Write};
 use std::thread;
