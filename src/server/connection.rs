@@ -355,6 +355,7 @@ impl Connection {
 
     /// Ends a subscription [`open_listen`](Self::open_listen) opened: `Graceful` sends its
     /// result first, `Silent` nothing more.
+    #[cfg(feature = "http")]
     pub(crate) fn close_listen(&self, key: ListenKey, ending: Ending) {
         self.listens.close(key, ending);
     }

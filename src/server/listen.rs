@@ -54,6 +54,7 @@ pub const MAX_LISTEN_ID_BYTES: usize = 256;
 
 /// Room in an HTTP listen stream's own queue: the acknowledgement, a first state per task,
 /// one change per task while the stream waits to start, and the result.
+#[cfg(feature = "http")]
 pub(crate) const STREAM_QUEUE: usize = 2 * MAX_LISTEN_TASKS + 16;
 
 /// The `_meta` key naming the subscription a message belongs to.
@@ -63,6 +64,7 @@ pub(crate) const SUBSCRIPTION_ID_KEY: &str = "io.modelcontextprotocol/subscripti
 pub(crate) enum Sink {
     /// A queue of its own, written out by its stream's thread (HTTP). Full means the client
     /// stopped reading; dropped, it tells that thread the subscription ended.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     Own(Sender<Value>),
     /// The connection's writer queue (stdio), shared with answers: a message waits for room
     /// there, as an answer does, until the subscription is ended from outside.
