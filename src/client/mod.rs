@@ -173,7 +173,8 @@ impl ClientBuilder {
 
     /// Consecutive `input_required` polls without a new input request after which a task
     /// counts as stuck, is cancelled and the call fails with [`ClientError::Stuck`]
-    /// (default [`DEFAULT_STUCK_POLLS`]; at least 1).
+    /// (default [`DEFAULT_STUCK_POLLS`]; at least 1). Polls at the polling interval: on
+    /// SEP-2663, a look a task notification brought forward does not count.
     pub fn stuck_polls(mut self, polls: u32) -> Self {
         self.config.stuck_polls = polls.max(1);
         self
@@ -1290,11 +1291,20 @@ impl Client {
         let mut poll_failures = 0;
         let mut update_failures = 0;
         let watch = TaskWatch::new(self, &id);
+        // When the next poll at the interval is due. A notification brings a look forward
+        // (`early`) but leaves this schedule as it is: the stuck detector counts polls at
+        // the interval only, so a server that keeps saying the task changed cannot make
+        // a task count as stuck in a fraction of the time it would take without.
+        let mut due = None;
         loop {
             if follow.deadline_at().is_some_and(|d| Instant::now() >= d) {
                 return self.deadline_passed(&id, follow);
             }
-            watch.sleep_until(follow.wake(self.interval(&task, &mut interval)));
+            let at = *due.get_or_insert_with(|| follow.wake(self.interval(&task, &mut interval)));
+            let early = watch.sleep_until(at);
+            if !early {
+                due = None;
+            }
             let polled = match self.poll_task(&id, follow) {
                 Ok(polled) => polled,
                 Err(failure) => {
@@ -1326,8 +1336,10 @@ impl Client {
                 .filter(|(key, _)| !answered.contains(*key))
                 .collect();
             if fresh.is_empty() && unsent.is_empty() {
-                if let Some(end) = self.stuck_check(&mut stale, &id) {
-                    return end;
+                if !early {
+                    if let Some(end) = self.stuck_check(&mut stale, &id) {
+                        return end;
+                    }
                 }
                 continue;
             }
@@ -1510,13 +1522,20 @@ impl<'c> TaskWatch<'c> {
 
     /// Sleeps until `wake`, or until the server says the task changed (but at least
     /// [`MIN_POLL_INTERVAL`]: a server sending notifications without end cannot make the
-    /// client poll without pause).
-    fn sleep_until(&self, wake: Instant) {
+    /// client poll without pause). True if it woke before `wake`.
+    fn sleep_until(&self, wake: Instant) -> bool {
         let floor = Instant::now() + MIN_POLL_INTERVAL;
         match self.woken.recv_deadline(wake) {
-            Ok(()) => sleep_until(floor.min(wake)),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => sleep_until(wake),
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Ok(()) => {
+                let at = floor.min(wake);
+                sleep_until(at);
+                at < wake
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                sleep_until(wake);
+                false
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => false,
         }
     }
 }

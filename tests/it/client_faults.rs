@@ -1101,6 +1101,75 @@ fn server_requests_beyond_what_the_handlers_can_take_are_refused_at_once() {
     drop(client);
 }
 
+/// A `notifications/tasks` about task t1 (its full state is not read: any says "look").
+fn t1_changed() -> Value {
+    json!({"jsonrpc": "2.0", "method": "notifications/tasks",
+           "params": {"taskId": "t1", "status": "input_required"}})
+}
+
+/// A SEP-2663 task of a server that suggests polling once an hour, tells of a change on
+/// its subscription at once (and never ends it), and precedes every `tasks/get` answer
+/// with another: each poll is brought forward by a notification. `get` answers the polls.
+fn notifying(get: impl FnMut() -> Act + Send + 'static) -> (UnixStream, Log) {
+    let get = Mutex::new(get);
+    scripted(move |method, _| match method {
+        "server/discover" => discovered(),
+        "tools/call" => Act::Answer(json!({
+            "resultType": "task", "taskId": "t1", "status": "working",
+            "pollIntervalMs": 3_600_000
+        })),
+        "subscriptions/listen" => Act::Raw(vec![t1_changed()]),
+        "tasks/get" => match (get.lock().unwrap())() {
+            Act::Answer(polled) => Act::SendThenAnswer(vec![t1_changed()], polled),
+            Act::Fail(code) => Act::Raw(vec![
+                t1_changed(),
+                json!({"jsonrpc": "2.0", "id": "$id",
+                       "error": {"code": code, "message": format!("scripted {code}")}}),
+            ]),
+            other => other,
+        },
+        "tasks/update" => Act::Answer(json!({"resultType": "complete"})),
+        "tasks/cancel" => Act::Answer(json!({"taskId": "t1", "status": "cancelled"})),
+        _ => Act::Ignore,
+    })
+}
+
+/// A client for [`notifying`] servers: it waits up to an hour between polls.
+fn hourly() -> ClientBuilder {
+    Client::builder()
+        .revision(Revision::Sep2663)
+        .max_poll_interval(Duration::from_secs(3600))
+}
+
+#[test]
+fn task_notifications_do_not_hurry_the_stuck_detector() {
+    // The one question is answered; the task stays input_required with it (stuck), and
+    // the server says it changed after every poll.
+    let (stream, log) = notifying(|| {
+        Act::Answer(json!({
+            "taskId": "t1", "status": "input_required", "pollIntervalMs": 3_600_000,
+            "inputRequests": {"k1": {
+                "method": "elicitation/create",
+                "params": {"mode": "form", "message": "?", "requestedSchema": {"type": "object"}}
+            }}
+        }))
+    });
+    let builder = hourly()
+        .stuck_polls(3)
+        .deadline(Duration::from_millis(500))
+        .on_elicitation(|_| Ok(json!({"action": "accept", "content": {}})));
+    // Stuck means 3 polls at the server's interval (3 hours) without news: the looks the
+    // notifications brought forward are no such polls, so the deadline comes first.
+    let error = call_work(builder, stream).unwrap_err();
+    assert!(
+        matches!(&error, ClientError::Deadline { task_id: Some(id), cancelled: true, .. }
+            if id == "t1"),
+        "{error}: {:?}",
+        methods(&log)
+    );
+    assert!(count(&log, "tasks/get") > 3, "{:?}", methods(&log));
+}
+
 /// The client against scripted Streamable HTTP servers: raw TCP, one thread per
 /// connection, answering each request as the test says.
 #[cfg(feature = "http")]
