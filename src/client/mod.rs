@@ -80,7 +80,8 @@ const CANCEL_WAIT: Duration = Duration::from_secs(5);
 /// Failed polls of a followed task in a row (or failed SEP-2663 `tasks/update`s in a row),
 /// the connection staying open, after which the client gives up on the task
 /// ([`ClientError::TaskAbandoned`]). Each is tried again at the task's polling interval: a
-/// poll that timed out, a proxy's 502 or a garbled answer may well pass.
+/// poll that timed out, a proxy's 502 or a garbled answer may well pass. (A SEP-2663 look
+/// that a task notification brought forward, and that failed, does not count.)
 const MAX_FOLLOW_FAILURES: u32 = 3;
 /// The shortest polling interval the client accepts from a server.
 const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
@@ -1292,9 +1293,10 @@ impl Client {
         let mut update_failures = 0;
         let watch = TaskWatch::new(self, &id);
         // When the next poll at the interval is due. A notification brings a look forward
-        // (`early`) but leaves this schedule as it is: the stuck detector counts polls at
-        // the interval only, so a server that keeps saying the task changed cannot make
-        // a task count as stuck in a fraction of the time it would take without.
+        // (`early`) but leaves this schedule as it is: the stuck detector and the failed
+        // polls in a row count polls at the interval only, so a server that keeps saying
+        // the task changed cannot make a task count as stuck, or a passing failure as
+        // lasting, in a fraction of the time it would take without.
         let mut due = None;
         loop {
             if follow.deadline_at().is_some_and(|d| Instant::now() >= d) {
@@ -1307,6 +1309,12 @@ impl Client {
             }
             let polled = match self.poll_task(&id, follow) {
                 Ok(polled) => polled,
+                // Like a stale poll, a look brought forward that fails does not count:
+                // the polls at the interval tell whether the failures pass.
+                Err(Failure::Passing(error)) if early => {
+                    log::info!("mcp client: following task {id}: {error}; trying again");
+                    continue;
+                }
                 Err(failure) => {
                     match self.after_failure(failure, &mut poll_failures, &id, follow) {
                         Some(end) => return end,

@@ -1170,6 +1170,26 @@ fn task_notifications_do_not_hurry_the_stuck_detector() {
     assert!(count(&log, "tasks/get") > 3, "{:?}", methods(&log));
 }
 
+#[test]
+fn task_notifications_do_not_hurry_giving_up_on_a_task_whose_polls_fail() {
+    // A passing hiccup (a proxy's, say): the first three polls fail, the next one finds
+    // the task completed. The server says the task changed after each of them.
+    let mut polls = 0;
+    let (stream, log) = notifying(move || {
+        polls += 1;
+        if polls <= 3 {
+            Act::Fail(-32603)
+        } else {
+            Act::Answer(json!({"taskId": "t1", "status": "completed", "result": done()}))
+        }
+    });
+    // Three failed polls in a row abandon a task: polls at the interval (hours apart
+    // here), not the looks the notifications brought forward (milliseconds apart).
+    let result = call_work(hourly(), stream);
+    assert_eq!(count(&log, "tasks/cancel"), 0, "{:?}", methods(&log));
+    assert_eq!(result.unwrap(), done(), "{:?}", methods(&log));
+}
+
 /// The client against scripted Streamable HTTP servers: raw TCP, one thread per
 /// connection, answering each request as the test says.
 #[cfg(feature = "http")]
