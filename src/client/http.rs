@@ -3220,6 +3220,69 @@ mod tests {
         }
     }
 
+    /// A SEP-2663 server that suggests polling once an hour, whose task t1 is completed,
+    /// and whose subscription answers with `listen` (`None`: silence).
+    fn hourly_server(listen: Option<String>) -> FakeServer {
+        fake_server(move |request| {
+            let id = &request.body["id"];
+            let result = match request.rpc_method() {
+                Some("server/discover") => {
+                    json!({"supportedVersions": [sep2663::PROTOCOL_VERSION], "capabilities": {}})
+                }
+                Some("tools/list") => json!({"tools": [{"name": "work",
+                    "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}}]}),
+                Some("tools/call") => json!({"resultType": "task", "taskId": "t1",
+                    "status": "working", "pollIntervalMs": 3_600_000}),
+                Some("subscriptions/listen") => return listen.clone(),
+                Some("tasks/get") => json!({"taskId": "t1", "status": "completed",
+                    "result": {"content": []}}),
+                _ => json!({}),
+            };
+            Some(json_reply(
+                "200 OK",
+                &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                "",
+            ))
+        })
+    }
+
+    /// A notification on the subscription's own event stream wakes the follower (polling
+    /// alone would look again in an hour); a subscription the server holds open, or never
+    /// answers, has its connection closed once the call ends, and its thread ends with it.
+    #[test]
+    fn a_listen_streams_notifications_are_heard_and_it_ends_with_the_call() {
+        let changed = json!({"jsonrpc": "2.0", "method": "notifications/tasks",
+                             "params": {"taskId": "t1", "status": "completed"}});
+        for listen in [
+            Some(format!("{EVENT_STREAM}data: {changed}\n\n{HOLD}")),
+            None,
+        ] {
+            let server = hourly_server(listen.clone());
+            let client = Client::builder()
+                .revision(Revision::Sep2663)
+                .max_poll_interval(Duration::from_secs(3600))
+                .deadline(Duration::from_millis(500))
+                .connect_http(&server.url)
+                .unwrap();
+            let outcome = within(Duration::from_secs(10), move || {
+                client.call_tool("work", json!({}))
+            })
+            .expect("the call hangs");
+            // Silent: found completed by the look after the deadline's cancel.
+            assert_eq!(outcome.unwrap(), json!({"content": []}));
+            let cancelled = server
+                .seen
+                .try_iter()
+                .any(|r| r.rpc_method() == Some("tasks/cancel"));
+            assert_eq!(cancelled, listen.is_none(), "{listen:?}");
+            let ended = server
+                .ended
+                .recv_timeout(Duration::from_secs(5))
+                .expect("the listen stream is still open");
+            assert_eq!(ended.rpc_method(), Some("subscriptions/listen"));
+        }
+    }
+
     #[test]
     fn urls_are_http_only() {
         let e = Endpoint::parse("http://127.0.0.1:3000/mcp").unwrap();
