@@ -1608,3 +1608,184 @@ fn settle_sep2663(polled: PolledTask) -> Option<Result<Value, ClientError>> {
         TaskStatus::Working | TaskStatus::InputRequired => return None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixStream;
+
+    use super::*;
+
+    /// What the scripted server below does with `subscriptions/listen`.
+    #[derive(Clone, Copy, Debug)]
+    enum Listen {
+        /// Never answers it.
+        Silent,
+        /// Refuses it, as a server without task notifications does.
+        Refused,
+        /// Ends it (its result) right before the poll that finds the task ended.
+        EndsWithTheTask,
+    }
+
+    /// A SEP-2663 server over a socket pair whose task t1 works until `ends` polls (never
+    /// with `None`; a cancel ends it too), and treats the subscription as `listen` says.
+    /// Returns the client end, and the server's thread, which returns every message it
+    /// read once the client is gone.
+    fn server(
+        listen: Listen,
+        ends: Option<usize>,
+    ) -> (UnixStream, std::thread::JoinHandle<Vec<Value>>) {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let thread = std::thread::spawn(move || {
+            let mut out = theirs.try_clone().unwrap();
+            let (mut seen, mut polls, mut listening, mut cancelled) = (Vec::new(), 0, None, false);
+            for line in BufReader::new(theirs).lines() {
+                let Ok(line) = line else { break };
+                let message: Value = serde_json::from_str(&line).unwrap();
+                seen.push(message.clone());
+                let (Some(method), Some(id)) = (message["method"].as_str(), message.get("id"))
+                else {
+                    continue;
+                };
+                let answer = |outcome: Value| {
+                    let mut answer = json!({"jsonrpc": "2.0", "id": id});
+                    answer
+                        .as_object_mut()
+                        .unwrap()
+                        .extend(outcome.as_object().unwrap().clone());
+                    answer
+                };
+                let task =
+                    |status: &str| json!({"taskId": "t1", "status": status, "pollIntervalMs": 10});
+                let reply = match method {
+                    "server/discover" => {
+                        answer(json!({"result": {"supportedVersions": ["2026-07-28"]}}))
+                    }
+                    "tools/list" => answer(json!({"result": {"tools": [{"name": "work",
+                        "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}}]}})),
+                    "tools/call" => {
+                        let mut created = task("working");
+                        created["resultType"] = json!("task");
+                        answer(json!({ "result": created }))
+                    }
+                    "subscriptions/listen" => match listen {
+                        Listen::Refused => {
+                            answer(json!({"error": {"code": -32601, "message": "no"}}))
+                        }
+                        Listen::Silent | Listen::EndsWithTheTask => {
+                            listening = Some(id.clone());
+                            continue;
+                        }
+                    },
+                    "tasks/cancel" => {
+                        cancelled = true;
+                        answer(json!({"result": {"resultType": "complete"}}))
+                    }
+                    "tasks/get" => {
+                        polls += 1;
+                        let ended = cancelled || ends.is_some_and(|ends| polls >= ends);
+                        if ended && matches!(listen, Listen::EndsWithTheTask) {
+                            if let Some(id) = listening.take() {
+                                let end = json!({"jsonrpc": "2.0", "id": id, "result": {"resultType": "complete"}});
+                                writeln!(out, "{end}").unwrap();
+                            }
+                        }
+                        let mut polled = match (cancelled, ended) {
+                            (true, _) => task("cancelled"),
+                            (_, true) => task("completed"),
+                            _ => task("working"),
+                        };
+                        if ended && !cancelled {
+                            polled["result"] = json!({"content": []});
+                        }
+                        answer(json!({ "result": polled }))
+                    }
+                    _ => answer(json!({"result": {}})),
+                };
+                if writeln!(out, "{reply}").is_err() {
+                    break;
+                }
+            }
+            seen
+        });
+        (ours, thread)
+    }
+
+    /// The `notifications/cancelled` the client sent, by the request id they name.
+    fn cancelled(seen: &[Value]) -> Vec<Value> {
+        seen.iter()
+            .filter(|m| m["method"] == "notifications/cancelled")
+            .map(|m| m["params"]["requestId"].clone())
+            .collect()
+    }
+
+    fn listen_id(seen: &[Value]) -> Value {
+        seen.iter()
+            .find(|m| m["method"] == "subscriptions/listen")
+            .map(|m| m["id"].clone())
+            .expect("the client subscribed")
+    }
+
+    #[test]
+    fn a_followed_task_leaves_no_subscription_behind_however_the_call_ends() {
+        for (listen, ends, deadline) in [
+            (Listen::Silent, Some(2), None),
+            (Listen::Refused, Some(2), None),
+            (Listen::EndsWithTheTask, Some(2), None),
+            (Listen::Silent, None, Some(Duration::from_millis(200))),
+            (
+                Listen::EndsWithTheTask,
+                None,
+                Some(Duration::from_millis(200)),
+            ),
+        ] {
+            let case = format!("{listen:?}, task ends after {ends:?} polls");
+            let (stream, thread) = server(listen, ends);
+            let mut builder = Client::builder().revision(Revision::Sep2663);
+            if let Some(deadline) = deadline {
+                builder = builder.deadline(deadline);
+            }
+            let control = stream.try_clone().unwrap();
+            let client = builder
+                .connect_streams(stream.try_clone().unwrap(), stream)
+                .unwrap();
+            // A hang guard: the call ends within milliseconds.
+            let (done, called) = crossbeam_channel::bounded(1);
+            std::thread::spawn(move || {
+                let outcome = client.call_tool("work", json!({}));
+                let _ = done.send((client, outcome));
+            });
+            let (client, outcome) = called
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("{case}: the call hangs"));
+            match deadline {
+                None => assert_eq!(outcome.unwrap(), json!({"content": []}), "{case}"),
+                Some(_) => assert!(
+                    matches!(
+                        outcome,
+                        Err(ClientError::Deadline {
+                            cancelled: true,
+                            ..
+                        })
+                    ),
+                    "{case}: {outcome:?}"
+                ),
+            }
+            // No request waits any more, and no task is watched.
+            assert_eq!(client.inner.shared.waiting(), (0, 0), "{case}");
+            // Answered after whatever the client sent before it (one queue, in order).
+            client.request("ping", json!({})).unwrap();
+            // The server's reading ends when the socket does.
+            drop(client);
+            control.shutdown(std::net::Shutdown::Both).unwrap();
+            let seen = thread.join().unwrap();
+            // A subscription the server did not end is ended by the client (stdio:
+            // `notifications/cancelled`), and only then.
+            let expected = match listen {
+                Listen::Silent => vec![listen_id(&seen)],
+                Listen::Refused | Listen::EndsWithTheTask => Vec::new(),
+            };
+            assert_eq!(cancelled(&seen), expected, "{case}");
+        }
+    }
+}

@@ -256,6 +256,15 @@ impl Shared {
         self.state.lock().pending.remove(id);
     }
 
+    /// How many requests wait for their answer, and how many tasks are watched (tests).
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> (usize, usize) {
+        (
+            self.state.lock().pending.len(),
+            self.task_watchers.lock().len(),
+        )
+    }
+
     /// Whether request `id` still waits for its answer.
     #[cfg(feature = "http")]
     pub(crate) fn is_pending(&self, id: &RequestId) -> bool {
