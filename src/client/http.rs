@@ -3283,6 +3283,70 @@ mod tests {
         }
     }
 
+    /// Each subscription holds a connection of the server's while its task runs: a client
+    /// following more tasks than [`MAX_HTTP_TASK_SUBSCRIPTIONS`] at once only polls the
+    /// rest, so its polls always find a connection.
+    #[test]
+    fn at_most_so_many_task_subscriptions_hold_a_connection_at_once() {
+        use crate::client::MAX_HTTP_TASK_SUBSCRIPTIONS as MAX;
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let finished = done.clone();
+        let server = fake_server(move |request| {
+            let id = &request.body["id"];
+            let result = match request.rpc_method() {
+                Some("server/discover") => {
+                    json!({"supportedVersions": [sep2663::PROTOCOL_VERSION], "capabilities": {}})
+                }
+                Some("tools/list") => json!({"tools": [{"name": "work",
+                    "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}}]}),
+                Some("tools/call") => json!({"resultType": "task", "taskId": "t1",
+                    "status": "working", "pollIntervalMs": 10}),
+                // Open until the client closes it.
+                Some("subscriptions/listen") => return Some(format!("{EVENT_STREAM}{HOLD}")),
+                Some("tasks/get") if finished.load(Ordering::SeqCst) => json!({"taskId": "t1",
+                    "status": "completed", "result": {"content": []}}),
+                Some("tasks/get") => json!({"taskId": "t1", "status": "working"}),
+                _ => json!({}),
+            };
+            Some(json_reply(
+                "200 OK",
+                &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                "",
+            ))
+        });
+        let client = Client::builder()
+            .revision(Revision::Sep2663)
+            .connect_http(&server.url)
+            .unwrap();
+        let calls: Vec<_> = (0..MAX + 4)
+            .map(|_| {
+                let client = client.clone();
+                std::thread::spawn(move || client.call_tool("work", json!({})))
+            })
+            .collect();
+        // Every call follows its task (its first polls came) before any may end.
+        let mut polled = 0;
+        let mut listens = 0;
+        while polled < 2 * (MAX + 4) {
+            let request = (server.seen)
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the calls stopped polling");
+            match request.rpc_method() {
+                Some("tasks/get") => polled += 1,
+                Some("subscriptions/listen") => listens += 1,
+                _ => {}
+            }
+        }
+        done.store(true, Ordering::SeqCst);
+        for call in calls {
+            assert_eq!(call.join().unwrap().unwrap(), json!({"content": []}));
+        }
+        listens += (server.seen.try_iter())
+            .filter(|r| r.rpc_method() == Some("subscriptions/listen"))
+            .count();
+        assert_eq!(listens, MAX);
+    }
+
     #[test]
     fn urls_are_http_only() {
         let e = Endpoint::parse("http://127.0.0.1:3000/mcp").unwrap();

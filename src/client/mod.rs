@@ -85,6 +85,12 @@ const CANCEL_WAIT: Duration = Duration::from_secs(5);
 const MAX_FOLLOW_FAILURES: u32 = 3;
 /// The shortest polling interval the client accepts from a server.
 const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Most task subscriptions one client keeps open over HTTP, where each holds one of the
+/// server's connections for as long as its task runs (`HttpOptions::max_connections`, 1024
+/// on this crate's server): tasks followed beyond it are only polled, so that following
+/// many tasks at once never leaves the client's own polls without a connection.
+pub const MAX_HTTP_TASK_SUBSCRIPTIONS: usize = 16;
 /// The longest polling interval the client accepts from a server unless configured
 /// otherwise ([`ClientBuilder::max_poll_interval`]): a longer suggestion (up to `u64::MAX`
 /// ms on the wire) would leave a task unpolled, and its stuck detector idle, for as long
@@ -1508,12 +1514,20 @@ struct TaskWatch<'c> {
     /// The subscription's request: answered when it ends (or at once, with an error, by
     /// a server without task notifications).
     listen: Option<InFlight>,
+    /// Whether it holds one of the [`MAX_HTTP_TASK_SUBSCRIPTIONS`] places.
+    placed: bool,
 }
 
 impl<'c> TaskWatch<'c> {
     fn new(client: &'c Client, task_id: &str) -> TaskWatch<'c> {
-        let (key, woken) = client.inner.shared.watch_task(task_id);
-        let listen = if client.inner.config.task_notifications {
+        let shared = &client.inner.shared;
+        let (key, woken) = shared.watch_task(task_id);
+        let wanted = client.inner.config.task_notifications;
+        // Over HTTP a subscription holds a connection (its exchange is one of its own).
+        let costs_a_connection = client.inner.transport.abandon_ends_exchange();
+        let placed =
+            wanted && costs_a_connection && shared.claim_subscription(MAX_HTTP_TASK_SUBSCRIPTIONS);
+        let listen = if wanted && (placed || !costs_a_connection) {
             let filter = json!({ "notifications": { "taskIds": [task_id] } });
             client.start("subscriptions/listen", filter).ok()
         } else {
@@ -1525,6 +1539,7 @@ impl<'c> TaskWatch<'c> {
             key,
             woken,
             listen,
+            placed,
         }
     }
 
@@ -1552,6 +1567,9 @@ impl Drop for TaskWatch<'_> {
     fn drop(&mut self) {
         let client = self.client;
         client.inner.shared.unwatch_task(&self.task_id, self.key);
+        if self.placed {
+            client.inner.shared.release_subscription();
+        }
         let Some(listen) = self.listen.take() else {
             return;
         };

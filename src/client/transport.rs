@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{BufReader, Read, Write};
 use std::panic::AssertUnwindSafe;
 use std::process::Child;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -106,6 +106,8 @@ pub(crate) struct Shared {
     /// about its task (see [`watch_task`](Self::watch_task)).
     task_watchers: Mutex<HashMap<String, Vec<TaskWatcher>>>,
     next_watcher: AtomicU64,
+    /// Task subscriptions open over HTTP, where each holds a connection of the server's.
+    connection_subscriptions: AtomicUsize,
 }
 
 /// How many of the server's latest request ids are remembered, to drop a repeat of one;
@@ -197,6 +199,7 @@ impl Shared {
             tools_generation: AtomicU64::new(0),
             task_watchers: Mutex::new(HashMap::new()),
             next_watcher: AtomicU64::new(0),
+            connection_subscriptions: AtomicUsize::new(0),
         });
         (shared, jobs)
     }
@@ -224,6 +227,21 @@ impl Shared {
                 watchers.remove(task_id);
             }
         }
+    }
+
+    /// Takes one of `limit` places for a task subscription that holds a connection; false
+    /// when all are taken. Given back with [`release_subscription`](Self::release_subscription).
+    pub(crate) fn claim_subscription(&self, limit: usize) -> bool {
+        self.connection_subscriptions
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back a place [`claim_subscription`](Self::claim_subscription) took.
+    pub(crate) fn release_subscription(&self) {
+        self.connection_subscriptions.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// A `notifications/tasks` came: its task's followers look at it now.
