@@ -897,7 +897,8 @@ impl Connection {
 
     /// Ends every outstanding client request (the transport closed) and cancels the plain
     /// calls still running; a tool that asks the client for something from now on gets an
-    /// error at once.
+    /// error at once. Its task subscriptions end without a word, and a
+    /// `subscriptions/listen` from now on is refused.
     pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         self.pending.lock().clear();

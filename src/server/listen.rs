@@ -214,6 +214,8 @@ struct Registry {
     next: u64,
     by_key: HashMap<ListenKey, Arc<Listen>>,
     by_task: HashMap<TaskId, Vec<ListenKey>>,
+    /// Set by [`Subscriptions::close_all`]: the connection is closed, and takes no more.
+    closed: bool,
 }
 
 impl Registry {
@@ -335,6 +337,14 @@ impl Subscriptions {
         let mut state = listen.state.lock();
         let key = {
             let mut registry = self.registry.lock();
+            // Checked where `close_all` sets it: a listen handled as the connection closes
+            // (on another thread) is either ended by it or refused here, never left open
+            // with nothing to end it.
+            if registry.closed {
+                return Err(RpcError::internal(
+                    "subscriptions/listen: the connection is closed",
+                ));
+            }
             if registry.by_key.len() >= MAX_LISTENS {
                 return Err(RpcError::internal(format!(
                     "too many open subscriptions (at most {MAX_LISTENS}): close one first"
@@ -420,9 +430,14 @@ impl Subscriptions {
         !keys.is_empty()
     }
 
-    /// Ends every subscription (the connection closes, or the server stops).
+    /// Ends every subscription (the connection closes, or the server stops); a later
+    /// [`open`](Self::open) is refused.
     pub(crate) fn close_all(&self, ending: Ending) {
-        let keys: Vec<ListenKey> = self.registry.lock().by_key.keys().copied().collect();
+        let keys: Vec<ListenKey> = {
+            let mut registry = self.registry.lock();
+            registry.closed = true;
+            registry.by_key.keys().copied().collect()
+        };
         for key in keys {
             self.close(key, ending);
         }

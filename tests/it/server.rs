@@ -2317,3 +2317,25 @@ fn a_subscription_whose_id_is_too_long_to_repeat_in_each_message_is_refused() {
     h.listen(&"x".repeat(200), json!({"taskIds": [id]}));
     assert_eq!(h.sent().len(), 2);
 }
+
+/// A listen that reaches a connection already closed (an embedder's transport may hand over
+/// a message it read as it ended, from another thread) is refused, as a `tasks/result` is:
+/// nothing would ever end that subscription, whose messages would wait for room in a queue
+/// nobody reads any more, holding whichever thread reports the store's events.
+#[test]
+fn a_listen_after_its_connection_closed_is_refused() {
+    let mut h = Harness::new();
+    let task = h.task_2026_id("sleep_required", json!({"ms": 600_000}));
+    h.sent();
+    h.connection.close();
+    let text = json!({"jsonrpc": "2.0", "id": "late", "method": "subscriptions/listen",
+                      "params": {"_meta": meta(true), "notifications": {"taskIds": [task]}}});
+    let answer = h.send_text(&text.to_string());
+    assert_eq!(answer["id"], "late", "{answer}");
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    assert!(h.sent().is_empty(), "nothing of a subscription is sent");
+    // Nothing follows the task either.
+    h.task_2026("tasks/cancel", json!({"taskId": task}));
+    h.feed(&task);
+    assert!(h.sent().is_empty());
+}
