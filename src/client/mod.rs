@@ -88,8 +88,9 @@ const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Most task subscriptions one client keeps open over HTTP, where each holds one of the
 /// server's connections for as long as its task runs (`HttpOptions::max_connections`, 1024
-/// on this crate's server): tasks followed beyond it are only polled, so that following
-/// many tasks at once never leaves the client's own polls without a connection.
+/// on this crate's server, which lets subscriptions take half of them and refuses more):
+/// tasks followed beyond it are only polled, so that following many tasks at once never
+/// leaves the client's own polls without a connection.
 pub const MAX_HTTP_TASK_SUBSCRIPTIONS: usize = 16;
 /// The longest polling interval the client accepts from a server unless configured
 /// otherwise ([`ClientBuilder::max_poll_interval`]): a longer suggestion (up to `u64::MAX`

@@ -136,6 +136,7 @@ impl Connection {
         outgoing: Sender<Value>,
         session: Option<SessionId>,
         shared: bool,
+        max_listens: usize,
     ) -> Arc<Connection> {
         Arc::new(Connection {
             core,
@@ -152,7 +153,7 @@ impl Connection {
             closed: AtomicBool::new(false),
             inline_runs: Mutex::new(HashMap::new()),
             waiting_results: Mutex::new(HashMap::new()),
-            listens: Subscriptions::default(),
+            listens: Subscriptions::with_limit(max_listens),
         })
     }
 

@@ -42,9 +42,21 @@ use crate::{StoreError, TaskStore};
 /// Most tasks one `subscriptions/listen` may name.
 pub const MAX_LISTEN_TASKS: usize = 1024;
 
-/// Most subscriptions open at once on one connection (on HTTP, over all clients: each also
-/// holds a TCP connection of its own).
+/// Most subscriptions open at once on one connection. On HTTP, where the count is over all
+/// clients and each subscription also holds a TCP connection of its own, no more than half
+/// of `HttpOptions::max_connections` either: subscriptions never take the connections that
+/// other requests (a poll, a call) need.
 pub const MAX_LISTENS: usize = 1024;
+
+/// Most subscriptions open at once over HTTP, with `max_connections` client connections:
+/// [`MAX_LISTENS`], and at most half of them. Each subscription holds a connection for as
+/// long as it runs, so without this subscriptions alone could take every connection (the
+/// default `max_connections` is [`MAX_LISTENS`]), and the server would turn away every
+/// other request, polls included, with 503; refused instead, a client only polls.
+#[cfg(feature = "http")]
+pub(crate) fn listen_limit(max_connections: usize) -> usize {
+    MAX_LISTENS.min(max_connections / 2)
+}
 
 /// Longest string request id a `subscriptions/listen` may have, in bytes: every message of
 /// the subscription repeats it (`_meta` of the acknowledgement and of each state, the
@@ -241,11 +253,18 @@ impl Registry {
 }
 
 /// A connection's task subscriptions.
-#[derive(Default)]
 pub(crate) struct Subscriptions {
     registry: Mutex<Registry>,
     /// How many are open: store events skip the registry while there are none.
     open: AtomicUsize,
+    /// Most open at once.
+    limit: usize,
+}
+
+impl Default for Subscriptions {
+    fn default() -> Self {
+        Subscriptions::with_limit(MAX_LISTENS)
+    }
 }
 
 /// The tasks a `subscriptions/listen` asks about: `None` when it asks about none.
@@ -286,6 +305,15 @@ fn requested_tasks(params: Option<&Value>) -> Result<Option<Vec<String>>, RpcErr
 }
 
 impl Subscriptions {
+    /// No subscriptions yet, and at most `limit` (and [`MAX_LISTENS`]) open at once.
+    pub(crate) fn with_limit(limit: usize) -> Subscriptions {
+        Subscriptions {
+            registry: Mutex::default(),
+            open: AtomicUsize::new(0),
+            limit: limit.min(MAX_LISTENS),
+        }
+    }
+
     /// Opens a subscription for request `id`: checks `params`, sends the acknowledgement and
     /// then every agreed task's current state to `sink`, and ends it at once when nothing
     /// is left to follow. An error is the request's answer; nothing was sent then.
@@ -345,9 +373,10 @@ impl Subscriptions {
                     "subscriptions/listen: the connection is closed",
                 ));
             }
-            if registry.by_key.len() >= MAX_LISTENS {
+            if registry.by_key.len() >= self.limit {
                 return Err(RpcError::internal(format!(
-                    "too many open subscriptions (at most {MAX_LISTENS}): close one first"
+                    "too many open subscriptions (at most {}): close one first",
+                    self.limit
                 )));
             }
             if unique_ids && registry.by_key.values().any(|open| open.id == *id) {

@@ -253,17 +253,19 @@ impl Server {
         outgoing: crossbeam_channel::Sender<serde_json::Value>,
         session: Option<crate::SessionId>,
     ) -> Arc<Connection> {
-        Connection::new(self.core.clone(), outgoing, session, false)
+        Connection::new(self.core.clone(), outgoing, session, false, MAX_LISTENS)
     }
 
     /// The one connection that serves every stateless (2026-07-28) HTTP client: their
-    /// request ids may collide, so `notifications/cancelled` is not applied there.
+    /// request ids may collide, so `notifications/cancelled` is not applied there. At most
+    /// `max_listens` task subscriptions are open on it at once.
     #[cfg(feature = "http")]
     pub(crate) fn connect_shared(
         &self,
         outgoing: crossbeam_channel::Sender<serde_json::Value>,
+        max_listens: usize,
     ) -> Arc<Connection> {
-        Connection::new(self.core.clone(), outgoing, None, true)
+        Connection::new(self.core.clone(), outgoing, None, true, max_listens)
     }
 
     /// Serves MCP over this process's stdin and stdout until stdin closes.

@@ -1512,3 +1512,90 @@ fn stopping_the_server_ends_task_subscriptions_with_their_result() {
     assert_eq!(result["result"]["resultType"], "complete");
     stopping.join().unwrap();
 }
+
+/// Sends a 2026-07-28 `subscriptions/listen` for `task_ids`: `Ok` with the stream read past
+/// its head when the answer opens an event stream, `Err` with the JSON answer otherwise.
+fn try_listen(addr: SocketAddr, id: &str, task_ids: Value) -> Result<BufReader<TcpStream>, Value> {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+                      "params": {"_meta": meta_2026(true), "notifications": {"taskIds": task_ids}}})
+    .to_string();
+    let stream = write_request(
+        addr,
+        "POST",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Mcp-Method", "subscriptions/listen"),
+        ],
+        body.as_bytes(),
+    );
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = BufReader::new(stream);
+    let mut line = String::new();
+    answer.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    let (mut event_stream, mut length) = (false, 0);
+    while line != "\r\n" {
+        line.clear();
+        answer.read_line(&mut line).unwrap();
+        let field = line.to_ascii_lowercase();
+        event_stream |= field == "content-type: text/event-stream\r\n";
+        if let Some(value) = field.strip_prefix("content-length: ") {
+            length = value.trim().parse().unwrap();
+        }
+    }
+    if event_stream {
+        return Ok(answer);
+    }
+    let mut body = vec![0; length];
+    answer.read_exact(&mut body).unwrap();
+    Err(serde_json::from_slice(&body).unwrap())
+}
+
+/// Each task subscription holds one of the server's connections for as long as it runs:
+/// at most half of `max_connections` may, so that however many clients subscribe, other
+/// requests (a poll, a call) still find a connection. One beyond is refused with a JSON
+/// answer (-32603), and its client only polls. (At `MAX_LISTENS` = `max_connections`,
+/// the default, subscriptions could take every connection, and the server would turn
+/// every request away with 503.)
+#[test]
+fn task_subscriptions_leave_half_the_connections_to_other_requests() {
+    let http = demo_http_server(HttpOptions {
+        max_connections: 8,
+        ..options()
+    })
+    .0;
+    let addr = http.local_addr();
+    let id = start_long_2026_task(addr);
+    let open: Vec<BufReader<TcpStream>> = (0..4)
+        .map(|n| {
+            let mut events = try_listen(addr, &format!("L{n}"), json!([id]))
+                .unwrap_or_else(|answer| panic!("listen {n} refused: {answer}"));
+            next_event(&mut events);
+            events
+        })
+        .collect();
+    let Err(refused) = try_listen(addr, "L4", json!([id])) else {
+        panic!("a fifth listen is served");
+    };
+    assert_eq!(refused["id"], "L4", "{refused}");
+    assert_eq!(refused["error"]["code"], -32603, "{refused}");
+    // Polls are served meanwhile.
+    let polled = post(
+        addr,
+        &[("Mcp-Method", "tasks/get"), ("Mcp-Name", &id)],
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/get",
+                "params": {"taskId": id, "_meta": meta_2026(true)}}),
+    );
+    assert_eq!(polled.status, 200);
+    assert_eq!(
+        polled.json()["result"]["status"],
+        "working",
+        "{}",
+        polled.json()
+    );
+    drop(open);
+    cancel_2026_task(addr, &id);
+}

@@ -60,7 +60,7 @@ use self::conn::{ConnOptions, Request, Transport};
 use self::outbox::{EventStream, Responder};
 use self::replay::Replay;
 use self::wire::{Head, Limits};
-use super::listen::{Ending, Sink, STREAM_QUEUE};
+use super::listen::{listen_limit, Ending, Sink, STREAM_QUEUE};
 
 use super::connection::{supported_version, unsupported_version};
 use super::{Connection, Server};
@@ -91,7 +91,10 @@ pub struct HttpOptions {
     /// Largest request body accepted, in bytes (default 4 MiB); larger ones get HTTP 413.
     pub max_body_bytes: usize,
     /// Client connections open at once (default 1024), each with a reader and a writer
-    /// thread, counted until its socket closes; one more gets HTTP 503 and is closed.
+    /// thread, counted until its socket closes; one more gets HTTP 503 and is closed. Task
+    /// subscriptions (`subscriptions/listen`), each of which holds a connection while it
+    /// runs, may take at most half of them (and [`MAX_LISTENS`](super::MAX_LISTENS)); one
+    /// more is refused (-32603), so other requests always find a connection.
     pub max_connections: usize,
     /// A request must arrive whole (head and body) within this of its first byte, else it
     /// gets HTTP 408 and the connection closes (default 30 s). A body behind `Expect:
@@ -307,7 +310,7 @@ impl HttpServer {
         // Stateless requests need no outgoing messages: drop the receiver so nothing queues.
         let (unread, _) = crossbeam_channel::bounded(1);
         let state = Arc::new(State {
-            stateless: server.connect_shared(unread),
+            stateless: server.connect_shared(unread, listen_limit(options.max_connections)),
             server,
             sessions: Mutex::new(HashMap::new()),
             options,
