@@ -1346,34 +1346,8 @@ fn every_answer_of_the_endpoint_varies_by_origin() {
 /// Sends a 2026-07-28 `subscriptions/listen` for `task_ids` and reads past the answer's
 /// head, which must open an event stream.
 fn open_listen(addr: SocketAddr, id: &str, task_ids: Value) -> BufReader<TcpStream> {
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
-                      "params": {"_meta": meta_2026(true), "notifications": {"taskIds": task_ids}}})
-    .to_string();
-    let stream = write_request(
-        addr,
-        "POST",
-        &[
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("Mcp-Method", "subscriptions/listen"),
-        ],
-        body.as_bytes(),
-    );
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut events = BufReader::new(stream);
-    let mut line = String::new();
-    events.read_line(&mut line).unwrap();
-    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
-    let mut event_stream = false;
-    while line != "\r\n" {
-        line.clear();
-        events.read_line(&mut line).unwrap();
-        event_stream |= line.eq_ignore_ascii_case("content-type: text/event-stream\r\n");
-    }
-    assert!(event_stream, "not an event stream");
-    events
+    try_listen(addr, id, task_ids)
+        .unwrap_or_else(|answer| panic!("not an event stream but {answer}"))
 }
 
 /// Starts a long 2026-07-28 task and returns its id.
