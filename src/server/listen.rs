@@ -120,6 +120,8 @@ pub(crate) enum Ending {
 /// One open subscription.
 struct Listen {
     id: RequestId,
+    /// The tasks it was opened for: the only ones the registry may list it under.
+    tasks: Vec<TaskId>,
     /// Dropped by [`halt`](Self::halt), which disconnects `halted`: a message waiting for
     /// room in a shared queue (with the state locked) gives up, so ending the subscription
     /// never waits for a client that may not read again.
@@ -242,12 +244,11 @@ impl Registry {
         }
     }
 
+    /// Forgets subscription `key` (under the tasks it was opened for only: walking every
+    /// followed task would make ending many large subscriptions quadratic).
     fn remove(&mut self, key: ListenKey) -> Option<Arc<Listen>> {
         let listen = self.by_key.remove(&key)?;
-        self.by_task.retain(|_, keys| {
-            keys.retain(|k| *k != key);
-            !keys.is_empty()
-        });
+        self.forget(key, listen.tasks.iter().copied());
         Some(listen)
     }
 }
@@ -351,6 +352,7 @@ impl Subscriptions {
         let (halt, halted) = crossbeam_channel::bounded(0);
         let listen = Arc::new(Listen {
             id: id.clone(),
+            tasks: wanted.clone(),
             halt: Mutex::new(Some(halt)),
             halted,
             state: Mutex::new(ListenState {
@@ -692,6 +694,41 @@ mod tests {
                 .update_status(task, None, TaskStatus::Working, None)
                 .ok();
         }
+    }
+
+    #[test]
+    fn ending_one_subscription_leaves_the_others_on_its_tasks_registered() {
+        let store = Store::builder().build().unwrap();
+        let handle = store.handle();
+        let shared = handle.create(CreateTask::new()).unwrap().task_id;
+        let own = handle.create(CreateTask::new()).unwrap().task_id;
+        let subscriptions = Subscriptions::default();
+        let (queue, _messages) = crossbeam_channel::unbounded();
+        let first = subscriptions
+            .open(
+                &handle,
+                None,
+                &RequestId::Number(1),
+                Some(&declared(&[shared, own])),
+                Sink::Own(queue.clone()),
+                true,
+            )
+            .unwrap();
+        let second = subscriptions
+            .open(
+                &handle,
+                None,
+                &RequestId::Number(2),
+                Some(&declared(&[shared])),
+                Sink::Own(queue),
+                true,
+            )
+            .unwrap();
+        subscriptions.close(first, Ending::Silent);
+        let registry = subscriptions.registry.lock();
+        assert_eq!(registry.by_task.get(&shared), Some(&vec![second]));
+        assert!(!registry.by_task.contains_key(&own));
+        assert_eq!(registry.by_key.len(), 1);
     }
 
     #[test]
