@@ -1746,6 +1746,27 @@ mod tests {
     }
 
     #[test]
+    fn without_task_notifications_a_followed_task_is_only_polled() {
+        let (stream, thread) = server(Listen::Silent, Some(2));
+        let control = stream.try_clone().unwrap();
+        let client = Client::builder()
+            .revision(Revision::Sep2663)
+            .task_notifications(false)
+            .connect_streams(stream.try_clone().unwrap(), stream)
+            .unwrap();
+        assert_eq!(
+            client.call_tool("work", json!({})).unwrap(),
+            json!({"content": []})
+        );
+        drop(client);
+        control.shutdown(std::net::Shutdown::Both).unwrap();
+        let seen = thread.join().unwrap();
+        let methods: Vec<&str> = seen.iter().filter_map(|m| m["method"].as_str()).collect();
+        assert!(!methods.contains(&"subscriptions/listen"), "{methods:?}");
+        assert!(methods.contains(&"tasks/get"), "{methods:?}");
+    }
+
+    #[test]
     fn a_followed_task_leaves_no_subscription_behind_however_the_call_ends() {
         for (listen, ends, deadline) in [
             (Listen::Silent, Some(2), None),

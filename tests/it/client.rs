@@ -782,25 +782,3 @@ fn a_sep2663_client_looks_at_its_task_as_soon_as_the_server_says_it_changed() {
         }
     }
 }
-
-#[test]
-fn without_task_notifications_a_sep2663_client_only_polls() {
-    for target in sep2663_targets() {
-        let builder = Client::builder()
-            .task_notifications(false)
-            .deadline(Duration::from_millis(300));
-        let client = connect_slow_polling(target, builder);
-        // No poll is due before the deadline: the call ends there, its task cancelled.
-        let outcome = client.call_tool("sleep_required", json!({ "ms": 2000 }));
-        assert!(
-            matches!(
-                outcome,
-                Err(ClientError::Deadline {
-                    cancelled: true,
-                    ..
-                })
-            ),
-            "{target:?}: {outcome:?}"
-        );
-    }
-}
