@@ -3109,9 +3109,7 @@ mod tests {
         let server = fake_server(|request| {
             let id = &request.body["id"];
             let result = match request.rpc_method() {
-                Some("server/discover") => {
-                    json!({"supportedVersions": [sep2663::PROTOCOL_VERSION], "capabilities": {}})
-                }
+                Some("server/discover") => discovered(),
                 _ => json!({"content": [{"type": "text", "text": "done"}]}),
             };
             Some(json_reply(
@@ -3185,9 +3183,7 @@ mod tests {
         let server = fake_server(|request| {
             let id = &request.body["id"];
             let result = match request.rpc_method() {
-                Some("server/discover") => {
-                    json!({"supportedVersions": [sep2663::PROTOCOL_VERSION], "capabilities": {}})
-                }
+                Some("server/discover") => discovered(),
                 _ => json!({}),
             };
             match request.method() {
@@ -3220,15 +3216,18 @@ mod tests {
         }
     }
 
+    /// A fake SEP-2663 server's `server/discover` result: it speaks 2026-07-28.
+    fn discovered() -> Value {
+        json!({"supportedVersions": [sep2663::PROTOCOL_VERSION], "capabilities": {}})
+    }
+
     /// A SEP-2663 server that suggests polling once an hour, whose task t1 is completed,
     /// and whose subscription answers with `listen` (`None`: silence).
     fn hourly_server(listen: Option<String>) -> FakeServer {
         fake_server(move |request| {
             let id = &request.body["id"];
             let result = match request.rpc_method() {
-                Some("server/discover") => {
-                    json!({"supportedVersions": [sep2663::PROTOCOL_VERSION], "capabilities": {}})
-                }
+                Some("server/discover") => discovered(),
                 Some("tools/list") => json!({"tools": [{"name": "work",
                     "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}}]}),
                 Some("tools/call") => json!({"resultType": "task", "taskId": "t1",
@@ -3294,9 +3293,7 @@ mod tests {
         let server = fake_server(move |request| {
             let id = &request.body["id"];
             let result = match request.rpc_method() {
-                Some("server/discover") => {
-                    json!({"supportedVersions": [sep2663::PROTOCOL_VERSION], "capabilities": {}})
-                }
+                Some("server/discover") => discovered(),
                 Some("tools/list") => json!({"tools": [{"name": "work",
                     "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}}]}),
                 Some("tools/call") => json!({"resultType": "task", "taskId": "t1",
