@@ -20,9 +20,9 @@
 //! waits for room as an answer does (a client that reads late gets everything; a stdio
 //! subscription has no stream whose end could tell the client it was dropped), though not
 //! past the subscription's end (its cancel, the connection closing). Over HTTP a
-//! subscription whose client stops reading (its queue full) ends at once, without its
-//! result: the client sees its stream end, as after a dropped connection, and subscribes
-//! again.
+//! subscription whose client stops reading (its queue full, in count or in bytes) ends at
+//! once, without its result: the client sees its stream end, as after a dropped
+//! connection, and subscribes again.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -69,6 +69,82 @@ pub const MAX_LISTEN_ID_BYTES: usize = 256;
 #[cfg(feature = "http")]
 pub(crate) const STREAM_QUEUE: usize = 2 * MAX_LISTEN_TASKS + 16;
 
+/// Bytes of messages an HTTP listen stream's queue may hold: a task's state carries its
+/// result, which may be large, so a count alone would let a client that subscribes to many
+/// such tasks and never reads make the server hold gigabytes per stream. A message is
+/// taken whatever its size when the queue is empty, so one large state never ends a
+/// subscription whose client reads. The answers waiting on a connection have a like bound.
+#[cfg(feature = "http")]
+pub(crate) const STREAM_QUEUE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The sending end of an HTTP listen stream's queue: each message rendered once, as JSON
+/// text, and bounded by count and by bytes. Full means the client stopped reading.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
+#[derive(Clone)]
+pub(crate) struct StreamQueue {
+    messages: Sender<String>,
+    bytes: Arc<AtomicUsize>,
+    max_bytes: usize,
+}
+
+/// The reading end of a [`StreamQueue`], which its stream's thread writes out.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
+pub(crate) struct StreamMessages {
+    messages: Receiver<String>,
+    bytes: Arc<AtomicUsize>,
+}
+
+/// A stream queue holding at most `max_messages` messages and, past the first,
+/// `max_bytes` bytes of them.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
+pub(crate) fn stream_queue(max_messages: usize, max_bytes: usize) -> (StreamQueue, StreamMessages) {
+    let (sender, receiver) = crossbeam_channel::bounded(max_messages);
+    let bytes = Arc::new(AtomicUsize::new(0));
+    let queue = StreamQueue {
+        messages: sender,
+        bytes: bytes.clone(),
+        max_bytes,
+    };
+    let messages = StreamMessages {
+        messages: receiver,
+        bytes,
+    };
+    (queue, messages)
+}
+
+impl StreamQueue {
+    fn try_send(&self, message: &Value) -> Result<(), TrySendError<()>> {
+        let text = message.to_string();
+        let len = text.len();
+        let queued = self.bytes.fetch_add(len, Ordering::AcqRel);
+        if queued > 0 && queued.saturating_add(len) > self.max_bytes {
+            self.bytes.fetch_sub(len, Ordering::AcqRel);
+            return Err(TrySendError::Full(()));
+        }
+        self.messages.try_send(text).map_err(|error| {
+            self.bytes.fetch_sub(len, Ordering::AcqRel);
+            match error {
+                TrySendError::Full(_) => TrySendError::Full(()),
+                TrySendError::Disconnected(_) => TrySendError::Disconnected(()),
+            }
+        })
+    }
+}
+
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
+impl StreamMessages {
+    /// The queue, to wait on: each message received must be handed to
+    /// [`taken`](Self::taken).
+    pub(crate) fn receiver(&self) -> &Receiver<String> {
+        &self.messages
+    }
+
+    /// Frees the room `message`, just received, held in the queue.
+    pub(crate) fn taken(&self, message: &str) {
+        self.bytes.fetch_sub(message.len(), Ordering::AcqRel);
+    }
+}
+
 /// The `_meta` key naming the subscription a message belongs to.
 pub(crate) const SUBSCRIPTION_ID_KEY: &str = "io.modelcontextprotocol/subscriptionId";
 
@@ -77,7 +153,7 @@ pub(crate) enum Sink {
     /// A queue of its own, written out by its stream's thread (HTTP). Full means the client
     /// stopped reading; dropped, it tells that thread the subscription ended.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    Own(Sender<Value>),
+    Own(StreamQueue),
     /// The connection's writer queue (stdio), shared with answers: a message waits for room
     /// there, as an answer does, until the subscription is ended from outside.
     Shared(Sender<Value>),
@@ -88,7 +164,7 @@ impl Sink {
     /// disconnects when the subscription is ended from outside.
     fn send(&self, message: Value, halted: &Receiver<()>) -> bool {
         match self {
-            Sink::Own(queue) => match queue.try_send(message) {
+            Sink::Own(queue) => match queue.try_send(&message) {
                 Ok(()) => true,
                 Err(TrySendError::Full(_)) => {
                     log::warn!("a task subscription's client stopped reading: ended");
@@ -557,6 +633,15 @@ mod tests {
         })
     }
 
+    /// The messages waiting in an HTTP stream's queue, taken out of it.
+    fn drain(messages: &StreamMessages) -> Vec<Value> {
+        let taken = messages
+            .receiver()
+            .try_iter()
+            .inspect(|m| messages.taken(m));
+        taken.map(|m| serde_json::from_str(&m).unwrap()).collect()
+    }
+
     fn status_event(store: &dyn TaskStore, id: TaskId) -> StoreEvent {
         StoreEvent::Status {
             task: store.get(id, None).unwrap(),
@@ -573,23 +658,80 @@ mod tests {
             .collect();
         let subscriptions = Subscriptions::default();
         // Room for the acknowledgement and the first state only.
-        let (queue, messages) = crossbeam_channel::bounded(2);
+        let (queue, messages) = stream_queue(2, usize::MAX);
         let id = RequestId::Number(1);
         let params = declared(&tasks);
         subscriptions
             .open(&handle, None, &id, Some(&params), Sink::Own(queue), false)
             .unwrap();
-        let sent: Vec<Value> = messages.try_iter().collect();
+        let sent = drain(&messages);
         assert_eq!(sent.len(), 2, "{sent:#?}");
         // The second task's state found no room: the subscription is over, and the queue's
         // sender is gone (an HTTP stream then ends).
         assert_eq!(subscriptions.open.load(Ordering::Acquire), 0);
-        assert!(messages.recv().is_err(), "no result, no more messages");
+        assert!(
+            messages.receiver().recv().is_err(),
+            "no result, no more messages"
+        );
         handle
             .update_status(tasks[0], None, TaskStatus::Cancelled, None)
             .ok();
         subscriptions.on_event(&handle, None, &status_event(&handle, tasks[0]));
         assert!(subscriptions.registry.lock().by_task.is_empty());
+    }
+
+    /// An HTTP stream's queue is bounded by bytes too (a task's state carries its result):
+    /// a client that does not read ends its subscription once the states waiting pass the
+    /// bound, while one that reads gets every state, however large each is.
+    #[test]
+    fn a_subscription_whose_unread_messages_pass_the_byte_bound_ends() {
+        let store = Store::builder().build().unwrap();
+        let handle = store.handle();
+        let task = handle.create(CreateTask::new()).unwrap().task_id;
+        let subscriptions = Subscriptions::default();
+        // The sizes of the acknowledgement and the first state, from a subscription whose
+        // queue has no byte bound.
+        let (probe, probed) = stream_queue(64, usize::MAX);
+        let id = RequestId::Number(0);
+        let params = declared(&[task]);
+        let key = subscriptions
+            .open(&handle, None, &id, Some(&params), Sink::Own(probe), false)
+            .unwrap();
+        subscriptions.close(key, Ending::Silent);
+        let sizes: Vec<usize> = probed.receiver().try_iter().map(|m| m.len()).collect();
+        let [ack, first] = sizes[..] else {
+            panic!("{sizes:?}")
+        };
+        assert!(ack < first, "{sizes:?}");
+        // Room in count for many messages, in bytes for those two only.
+        let (queue, messages) = stream_queue(64, ack + first);
+        let id = RequestId::Number(1);
+        let params = declared(&[task]);
+        subscriptions
+            .open(&handle, None, &id, Some(&params), Sink::Own(queue), false)
+            .unwrap();
+        // The acknowledgement and the first state: the client reads them.
+        assert_eq!(drain(&messages).len(), 2);
+        // A change the client reads, with a large message: taken, the queue being empty.
+        let message = "m".repeat(1000);
+        handle
+            .update_status(task, None, TaskStatus::Working, Some(message))
+            .unwrap();
+        subscriptions.on_event(&handle, None, &status_event(&handle, task));
+        let sent = drain(&messages);
+        assert_eq!(sent.len(), 1, "{sent:#?}");
+        assert_eq!(subscriptions.open.load(Ordering::Acquire), 1);
+        // Two changes the client does not read: the second passes the bound.
+        for n in 0..2 {
+            let message = format!("step {n}");
+            handle
+                .update_status(task, None, TaskStatus::Working, Some(message))
+                .unwrap();
+            subscriptions.on_event(&handle, None, &status_event(&handle, task));
+        }
+        assert_eq!(subscriptions.open.load(Ordering::Acquire), 0, "ended");
+        assert_eq!(drain(&messages).len(), 1, "the first change only");
+        assert!(messages.receiver().recv().is_err(), "no result");
     }
 
     /// Over stdio a subscription's messages wait for room in the connection's queue as
@@ -703,7 +845,7 @@ mod tests {
         let shared = handle.create(CreateTask::new()).unwrap().task_id;
         let own = handle.create(CreateTask::new()).unwrap().task_id;
         let subscriptions = Subscriptions::default();
-        let (queue, _messages) = crossbeam_channel::unbounded();
+        let (queue, _messages) = stream_queue(16, usize::MAX);
         let first = subscriptions
             .open(
                 &handle,
@@ -737,7 +879,7 @@ mod tests {
         let handle = store.handle();
         let task = handle.create(CreateTask::new()).unwrap().task_id;
         let subscriptions = Subscriptions::default();
-        let (queue, messages) = crossbeam_channel::unbounded();
+        let (queue, messages) = stream_queue(16, usize::MAX);
         let params = declared(&[task, task]);
         for n in 0..3 {
             let sink = Sink::Own(queue.clone());
@@ -750,7 +892,7 @@ mod tests {
         handle.cancel(task, None, None).unwrap();
         subscriptions.on_event(&handle, None, &status_event(&handle, task));
         // Each sent its acknowledgement, two states and its result.
-        assert_eq!(messages.try_iter().count(), 3 * 4);
+        assert_eq!(drain(&messages).len(), 3 * 4);
         let registry = subscriptions.registry.lock();
         assert!(registry.by_key.is_empty() && registry.by_task.is_empty());
         assert_eq!(subscriptions.open.load(Ordering::Acquire), 0);

@@ -60,7 +60,7 @@ use self::conn::{ConnOptions, Request, Transport};
 use self::outbox::{EventStream, Responder};
 use self::replay::Replay;
 use self::wire::{Head, Limits};
-use super::listen::{listen_limit, Ending, Sink, STREAM_QUEUE};
+use super::listen::{listen_limit, stream_queue, Ending, Sink, STREAM_QUEUE, STREAM_QUEUE_BYTES};
 
 use super::connection::{supported_version, unsupported_version};
 use super::{Connection, Server};
@@ -839,7 +839,7 @@ fn post_stateless(
 /// answer, as for any request.
 fn listen(state: &Arc<State>, head: &Head, responder: Responder, request: jsonrpc::Request) {
     let jsonrpc::Request { id, params, .. } = request;
-    let (queue, messages) = crossbeam_channel::bounded(STREAM_QUEUE);
+    let (queue, messages) = stream_queue(STREAM_QUEUE, STREAM_QUEUE_BYTES);
     let key = match state
         .stateless
         .open_listen(&id, params.as_ref(), Sink::Own(queue))
@@ -865,12 +865,14 @@ fn listen(state: &Arc<State>, head: &Head, responder: Responder, request: jsonrp
     let Some(stream) = responder.stream(&fields) else {
         return state.stateless.close_listen(key, Ending::Silent);
     };
-    let send =
-        |message: &Value| stream.send(format!("event: message\ndata: {message}\n\n").as_bytes());
+    let send = |message: String| {
+        messages.taken(&message);
+        stream.send(format!("event: message\ndata: {message}\n\n").as_bytes())
+    };
     let ending = loop {
         select! {
-            recv(messages) -> message => match message {
-                Ok(message) => if send(&message).is_err() {
+            recv(messages.receiver()) -> message => match message {
+                Ok(message) => if send(message).is_err() {
                     break Ending::Silent;
                 },
                 // Ended, and everything it queued is written.
@@ -884,8 +886,8 @@ fn listen(state: &Arc<State>, head: &Head, responder: Responder, request: jsonrp
     };
     state.stateless.close_listen(key, ending);
     if ending == Ending::Graceful {
-        for message in messages.try_iter() {
-            if send(&message).is_err() {
+        for message in messages.receiver().try_iter() {
+            if send(message).is_err() {
                 break;
             }
         }
