@@ -298,13 +298,23 @@ void mcpts_events_free(mcpts_events *events);
  * `{"default_ttl": "10m", "max_ttl": 3600000, "page_size": 50}`. Fields, all optional:
  * `default_ttl`, `max_ttl`, `poll_interval` (humantime strings such as `"90s"` or integer
  * milliseconds), `page_size`, `max_tasks`, `max_tasks_per_session` (integers), `expiry`
- * (`"fail"`, `"remove"` or `{"policy": "fail", "grace": "30s"}`). `null` or absent means
- * the default; `{}` is the default configuration. Unknown fields are rejected.
+ * (`"fail"`, `"remove"` or `{"policy": "fail", "grace": "30s"}`), `max_waiters_per_task`,
+ * `event_buffer` (integers), and `journal`, which keeps tasks across restarts:
+ * `{"dir": "/var/lib/app/tasks", "durability": "fsync"}` (also `"recovery"`:
+ * `"fail_running"` or `"keep"`, `"salvage"`, `"compact_ratio"`, `"compact_min_bytes"`).
+ * `null` or absent means the default; `{}` is the default configuration. Unknown fields
+ * are rejected.
+ *
+ * With a journal the store is rebuilt from it before this returns: tasks created before
+ * the last [`mcpts_store_free`] (or a crash) are there again, and every change is on disk
+ * (per `durability`) before the call that made it returns. One store at a time may use a
+ * directory.
  *
  * On success writes a new store to `*store_out`; free it with [`mcpts_store_free`].
  * Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_CONFIG` (the last error names the
- * field), `INVALID_ARGUMENT` (the owner thread cannot be spawned; the last error says
- * why), and `PANIC` as any call.
+ * field), `JOURNAL` (the journal cannot be opened or read, is damaged, or its directory
+ * is in use by another store; the last error names the file), `INVALID_ARGUMENT` (the
+ * owner thread cannot be spawned; the last error says why), and `PANIC` as any call.
  *
  * Thread safety: any thread.
  *

@@ -289,14 +289,16 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
+        Fixture::with_config("{}")
+    }
+
+    fn with_config(config: &str) -> Fixture {
         let mut store: *mut mcpts_store = ptr::null_mut();
         let mut handle: *mut mcpts_handle = ptr::null_mut();
         // SAFETY: the config is a live buffer; the out-params are live locals.
         unsafe {
-            assert_eq!(
-                mcpts_store_new(b"{}".as_ptr(), 2, &mut store),
-                mcpts_result::Ok
-            );
+            let code = mcpts_store_new(config.as_ptr(), config.len(), &mut store);
+            assert_eq!(code, mcpts_result::Ok, "{config}: {}", last_error());
             assert_eq!(mcpts_store_handle(store, &mut handle), mcpts_result::Ok);
         }
         Fixture { store, handle }
@@ -342,6 +344,84 @@ unsafe fn take_json(bytes: *mut mcpts_bytes) -> serde_json::Value {
         let json = serde_json::from_slice(text).unwrap();
         mcpts_bytes_free(bytes);
         json
+    }
+}
+
+/// A store configured with a journal keeps its tasks, results included, across
+/// `mcpts_store_free` and a new `mcpts_store_new` on the same directory; while one store
+/// uses the directory, another is refused with `JOURNAL`.
+#[test]
+fn a_journal_keeps_tasks_across_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = serde_json::json!({
+        "journal": {"dir": dir.path(), "durability": "flush", "recovery": "keep"},
+    })
+    .to_string();
+    let first = Fixture::with_config(&config);
+    let done = first.create();
+    let running = first.create();
+    let outcome = br#"{"result": {"content": [], "structuredContent": {"n": 7}}}"#;
+    let mut out: *mut mcpts_bytes = ptr::null_mut();
+    // SAFETY (whole test): the handles are live, the ids and JSON are live buffers, and
+    // every output is freed once.
+    unsafe {
+        let code = mcpts_handle_store_result(
+            first.handle,
+            done.as_ptr(),
+            ptr::null(),
+            outcome.as_ptr(),
+            outcome.len(),
+            &mut out,
+        );
+        assert_eq!(code, mcpts_result::Ok, "{}", last_error());
+        take_json(out);
+
+        let mut other: *mut mcpts_store = ptr::null_mut();
+        let code = mcpts_store_new(config.as_ptr(), config.len(), &mut other);
+        assert_eq!(code, mcpts_result::Journal);
+        assert!(last_error().contains("in use"), "{}", last_error());
+        assert!(other.is_null());
+        drop(first);
+
+        let second = Fixture::with_config(&config);
+        let code = mcpts_handle_get_result(second.handle, done.as_ptr(), ptr::null(), &mut out);
+        assert_eq!(code, mcpts_result::Ok, "{}", last_error());
+        let result = take_json(out);
+        assert_eq!(result["result"]["structuredContent"]["n"], 7, "{result}");
+        let code = mcpts_handle_get(second.handle, running.as_ptr(), ptr::null(), &mut out);
+        assert_eq!(code, mcpts_result::Ok, "{}", last_error());
+        let task = take_json(out);
+        assert_eq!(task["status"], "working", "kept as it was: {task}");
+    }
+}
+
+/// Journal settings that cannot work are refused before anything is opened.
+#[test]
+fn a_journal_configuration_is_checked() {
+    let refused = [
+        (r#"{"journal": {"dir": ""}}"#, "journal.dir"),
+        (r#"{"journal": {}}"#, "missing field `dir`"),
+        (
+            r#"{"journal": {"dir": "x", "durability": "sometimes"}}"#,
+            "sometimes",
+        ),
+        (
+            r#"{"journal": {"dir": "x", "recovery": "resume"}}"#,
+            "resume",
+        ),
+        (
+            r#"{"journal": {"dir": "x", "fsync": true}}"#,
+            "unknown field `fsync`",
+        ),
+        (r#"{"journal": "x"}"#, "expected a journal object"),
+    ];
+    for (config, needle) in refused {
+        let mut store: *mut mcpts_store = ptr::null_mut();
+        // SAFETY: the config is a live buffer; the out-param is a live local.
+        let code = unsafe { mcpts_store_new(config.as_ptr(), config.len(), &mut store) };
+        assert_eq!(code, mcpts_result::InvalidConfig, "{config}");
+        assert!(last_error().contains(needle), "{config}: {}", last_error());
+        assert!(store.is_null());
     }
 }
 

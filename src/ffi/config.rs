@@ -8,7 +8,10 @@
 //!   "page_size": 50,
 //!   "max_tasks": 10000,
 //!   "max_tasks_per_session": 100,
-//!   "expiry": { "policy": "fail", "grace": "30s" }
+//!   "expiry": { "policy": "fail", "grace": "30s" },
+//!   "max_waiters_per_task": 1024,
+//!   "event_buffer": 1024,
+//!   "journal": { "dir": "/var/lib/app/tasks", "durability": "fsync" }
 //! }
 //! ```
 //!
@@ -18,6 +21,12 @@
 //! Durations are humantime strings ("90s", "10m", "1h 30m") or integer milliseconds.
 //! `expiry` is `"fail"` (default, 30 s grace), `"remove"`, or
 //! `{"policy": "fail", "grace": <duration>}`. Unknown fields are rejected.
+//!
+//! `journal` keeps tasks across restarts (see [`JournalConfig`]): `dir` (required; created
+//! if missing), `durability` (`"fsync"`, the default, `"flush"` or `"none"`), `recovery`
+//! (what becomes of tasks found running at start: `"fail_running"`, the default, or
+//! `"keep"`), `salvage` (start from a damaged log, setting the damage aside; default
+//! false), `compact_ratio` and `compact_min_bytes` (integers; defaults 4 and 1 MiB).
 
 use std::fmt;
 use std::time::Duration;
@@ -26,14 +35,21 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use super::error::{mcpts_result, parse_object, Error};
-use crate::{ExpiryPolicy, StoreConfig};
+use crate::{Durability, ExpiryPolicy, JournalConfig, RecoveryPolicy, StoreConfig, StoreError};
+
+/// What `mcpts_store_new` builds a store from.
+#[derive(Debug)]
+pub(crate) struct FfiConfig {
+    pub(crate) store: StoreConfig,
+    pub(crate) journal: Option<JournalConfig>,
+}
 
 /// Parses and validates a JSON configuration. Syntax errors give `InvalidJson`; wrong
 /// shapes, unknown fields and invalid values give `InvalidConfig`.
-pub(crate) fn parse_config(json: &[u8]) -> Result<StoreConfig, Error> {
+pub(crate) fn parse_config(json: &[u8]) -> Result<FfiConfig, Error> {
     let raw: RawConfig = parse_object(json, "store configuration", mcpts_result::InvalidConfig)?;
     let defaults = StoreConfig::default();
-    let config = StoreConfig {
+    let store = StoreConfig {
         default_ttl: raw.default_ttl.map(|d| d.0),
         max_ttl: raw.max_ttl.map(|d| d.0),
         poll_interval: raw.poll_interval.map_or(defaults.poll_interval, |d| d.0),
@@ -41,10 +57,12 @@ pub(crate) fn parse_config(json: &[u8]) -> Result<StoreConfig, Error> {
         max_tasks: raw.max_tasks,
         max_tasks_per_session: raw.max_tasks_per_session,
         expiry: raw.expiry.map_or(defaults.expiry, |e| e.0),
-        ..defaults
+        max_waiters_per_task: (raw.max_waiters_per_task).unwrap_or(defaults.max_waiters_per_task),
+        event_buffer: raw.event_buffer.unwrap_or(defaults.event_buffer),
     };
-    config.validate()?;
-    Ok(config)
+    store.validate()?;
+    let journal = raw.journal.map(RawJournal::into_config).transpose()?;
+    Ok(FfiConfig { store, journal })
 }
 
 #[derive(Deserialize)]
@@ -64,6 +82,91 @@ struct RawConfig {
     max_tasks_per_session: Option<usize>,
     #[serde(default)]
     expiry: Option<JsonExpiry>,
+    #[serde(default)]
+    max_waiters_per_task: Option<usize>,
+    #[serde(default)]
+    event_buffer: Option<usize>,
+    #[serde(default)]
+    journal: Option<RawJournal>,
+}
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a journal object such as {\"dir\": \"tasks\"}"
+)]
+struct RawJournal {
+    dir: String,
+    #[serde(default)]
+    durability: Option<JsonDurability>,
+    #[serde(default)]
+    recovery: Option<JsonRecovery>,
+    #[serde(default)]
+    salvage: Option<bool>,
+    #[serde(default)]
+    compact_ratio: Option<u32>,
+    #[serde(default)]
+    compact_min_bytes: Option<u64>,
+}
+
+impl RawJournal {
+    fn into_config(self) -> Result<JournalConfig, StoreError> {
+        if self.dir.is_empty() {
+            return Err(StoreError::InvalidConfig {
+                field: "journal.dir",
+                reason: "must name a directory".into(),
+            });
+        }
+        let defaults = JournalConfig::new(self.dir);
+        Ok(JournalConfig {
+            durability: self
+                .durability
+                .map_or(defaults.durability, Durability::from),
+            recovery: self
+                .recovery
+                .map_or(defaults.recovery, RecoveryPolicy::from),
+            salvage: self.salvage.unwrap_or(defaults.salvage),
+            compact_ratio: self.compact_ratio.unwrap_or(defaults.compact_ratio),
+            compact_min_bytes: self.compact_min_bytes.unwrap_or(defaults.compact_min_bytes),
+            ..defaults
+        })
+    }
+}
+
+/// `"fsync"`, `"flush"` or `"none"`.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum JsonDurability {
+    Fsync,
+    Flush,
+    None,
+}
+
+impl From<JsonDurability> for Durability {
+    fn from(durability: JsonDurability) -> Durability {
+        match durability {
+            JsonDurability::Fsync => Durability::Fsync,
+            JsonDurability::Flush => Durability::Flush,
+            JsonDurability::None => Durability::None,
+        }
+    }
+}
+
+/// `"fail_running"` or `"keep"`.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum JsonRecovery {
+    FailRunning,
+    Keep,
+}
+
+impl From<JsonRecovery> for RecoveryPolicy {
+    fn from(recovery: JsonRecovery) -> RecoveryPolicy {
+        match recovery {
+            JsonRecovery::FailRunning => RecoveryPolicy::FailRunning,
+            JsonRecovery::Keep => RecoveryPolicy::Keep,
+        }
+    }
 }
 
 /// A duration written as a humantime string or as integer milliseconds.
@@ -162,13 +265,14 @@ mod tests {
 
     #[test]
     fn defaults_and_fields() {
-        assert_eq!(parse_config(b"{}").unwrap(), StoreConfig::default());
+        assert_eq!(parse_config(b"{}").unwrap().store, StoreConfig::default());
         let config = parse_config(
             br#"{"default_ttl":"90s","max_ttl":600000,"poll_interval":"250ms","page_size":7,
                  "max_tasks":10,"max_tasks_per_session":null,
                  "expiry":{"policy":"fail","grace":"5s"}}"#,
         )
-        .unwrap();
+        .unwrap()
+        .store;
         assert_eq!(config.default_ttl, Some(Duration::from_secs(90)));
         assert_eq!(config.max_ttl, Some(Duration::from_secs(600)));
         assert_eq!(config.poll_interval, Duration::from_millis(250));
@@ -181,8 +285,34 @@ mod tests {
                 grace: Duration::from_secs(5)
             }
         );
-        let config = parse_config(br#"{"expiry":"remove"}"#).unwrap();
+        let config = parse_config(br#"{"expiry":"remove"}"#).unwrap().store;
         assert_eq!(config.expiry, ExpiryPolicy::Remove);
+        let config = parse_config(br#"{"max_waiters_per_task":3,"event_buffer":16}"#).unwrap();
+        assert_eq!(config.store.max_waiters_per_task, 3);
+        assert_eq!(config.store.event_buffer, 16);
+        assert_eq!(config.journal, None);
+    }
+
+    #[test]
+    fn journal() {
+        let config = parse_config(br#"{"journal":{"dir":"tasks"}}"#).unwrap();
+        assert_eq!(config.journal, Some(JournalConfig::new("tasks")));
+        let config = parse_config(
+            br#"{"journal":{"dir":"tasks","durability":"none","recovery":"keep",
+                 "salvage":true,"compact_ratio":2,"compact_min_bytes":4096}}"#,
+        )
+        .unwrap();
+        let journal = config.journal.unwrap();
+        assert_eq!(journal.dir, std::path::Path::new("tasks"));
+        assert_eq!(journal.durability, Durability::None);
+        assert_eq!(journal.recovery, RecoveryPolicy::Keep);
+        assert!(journal.salvage);
+        assert_eq!(
+            (journal.compact_ratio, journal.compact_min_bytes),
+            (2, 4096)
+        );
+        let flush = parse_config(br#"{"journal":{"dir":"t","durability":"flush"}}"#).unwrap();
+        assert_eq!(flush.journal.unwrap().durability, Durability::Flush);
     }
 
     #[test]
@@ -203,6 +333,11 @@ mod tests {
             r#"{"page_size":0}"#,
             mcpts_result::InvalidConfig,
             "page_size",
+        );
+        check_err(
+            r#"{"event_buffer":0}"#,
+            mcpts_result::InvalidConfig,
+            "event_buffer",
         );
         check_err(
             r#"{"expiry":"later"}"#,

@@ -182,13 +182,23 @@ fn parse_status(name: &str) -> Result<TaskStatus, Error> {
 /// `{"default_ttl": "10m", "max_ttl": 3600000, "page_size": 50}`. Fields, all optional:
 /// `default_ttl`, `max_ttl`, `poll_interval` (humantime strings such as `"90s"` or integer
 /// milliseconds), `page_size`, `max_tasks`, `max_tasks_per_session` (integers), `expiry`
-/// (`"fail"`, `"remove"` or `{"policy": "fail", "grace": "30s"}`). `null` or absent means
-/// the default; `{}` is the default configuration. Unknown fields are rejected.
+/// (`"fail"`, `"remove"` or `{"policy": "fail", "grace": "30s"}`), `max_waiters_per_task`,
+/// `event_buffer` (integers), and `journal`, which keeps tasks across restarts:
+/// `{"dir": "/var/lib/app/tasks", "durability": "fsync"}` (also `"recovery"`:
+/// `"fail_running"` or `"keep"`, `"salvage"`, `"compact_ratio"`, `"compact_min_bytes"`).
+/// `null` or absent means the default; `{}` is the default configuration. Unknown fields
+/// are rejected.
+///
+/// With a journal the store is rebuilt from it before this returns: tasks created before
+/// the last [`mcpts_store_free`] (or a crash) are there again, and every change is on disk
+/// (per `durability`) before the call that made it returns. One store at a time may use a
+/// directory.
 ///
 /// On success writes a new store to `*store_out`; free it with [`mcpts_store_free`].
 /// Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_CONFIG` (the last error names the
-/// field), `INVALID_ARGUMENT` (the owner thread cannot be spawned; the last error says
-/// why), and `PANIC` as any call.
+/// field), `JOURNAL` (the journal cannot be opened or read, is damaged, or its directory
+/// is in use by another store; the last error names the file), `INVALID_ARGUMENT` (the
+/// owner thread cannot be spawned; the last error says why), and `PANIC` as any call.
 ///
 /// Thread safety: any thread.
 ///
@@ -207,7 +217,11 @@ pub unsafe extern "C" fn mcpts_store_new(
         let json = unsafe { arg_bytes(config_json, config_len, "config_json") }?;
         let store_out = Out::new(store_out, "store_out")?;
         let config = parse_config(json)?;
-        let store = Store::start(config)?;
+        let mut builder = Store::builder().config(config.store);
+        if let Some(journal) = config.journal {
+            builder = builder.journal(journal);
+        }
+        let store = builder.build()?;
         let owner = Arc::new(Owner::new());
         // SAFETY: per this function's contract.
         unsafe { store_out.write(Box::new(mcpts_store { store, owner })) };

@@ -2,11 +2,13 @@
  * Calls every mcpts_* entry point, error paths included. Driven by tests/ffi.rs, plain
  * and under valgrind. Exits 0 when every check holds, 1 at the first one that does not.
  */
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mcp_task_store.h"
 
@@ -199,6 +201,8 @@ static void store_new_errors(void) {
         {"{\"expiry\": \"later\"}", "later"},
         {"{\"expiry\": {\"policy\": \"remove\", \"grace\": \"1s\"}}", "grace"},
         {"[1, 2]", "store configuration"},
+        {"{\"journal\": {\"dir\": \"\"}}", "journal.dir"},
+        {"{\"journal\": {\"dir\": \"x\", \"durability\": \"later\"}}", "later"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mcpts_result r = mcpts_store_new(u8(cases[i][0]), strlen(cases[i][0]), &store);
@@ -209,10 +213,57 @@ static void store_new_errors(void) {
     }
 }
 
+/* Removes the (flat) directory `dir` and what it holds. */
+static void remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    struct dirent *entry;
+    char path[512];
+    while ((entry = readdir(d)) != NULL) {
+        if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, entry->d_name);
+        CHECK(unlink(path) == 0);
+    }
+    closedir(d);
+    CHECK(rmdir(dir) == 0);
+}
+
+/* A store with a journal: a task created before mcpts_store_free is there after a new
+ * mcpts_store_new on the same directory; a second store on it meanwhile is refused. */
+static void journal_survives_free(void) {
+    char dir[] = "/tmp/mcpts-smoke-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char config[256];
+    snprintf(config, sizeof config, "{\"journal\": {\"dir\": \"%s\", \"durability\": \"flush\"}}",
+             dir);
+    mcpts_store *store = NULL, *other = SENTINEL;
+    mcpts_handle *h = NULL;
+    char id[37];
+    OK(mcpts_store_new(u8(config), strlen(config), &store));
+    OK(mcpts_store_handle(store, &h));
+    create_task(h, "{}", id);
+    EXPECT(MCPTS_RESULT_JOURNAL, mcpts_store_new(u8(config), strlen(config), &other));
+    MENTIONS("in use");
+    CHECK(other == SENTINEL);
+    mcpts_handle_free(h);
+    mcpts_store_free(store);
+
+    OK(mcpts_store_new(u8(config), strlen(config), &store));
+    OK(mcpts_store_handle(store, &h));
+    mcpts_bytes *task = NULL;
+    OK(mcpts_handle_get(h, id, NULL, &task));
+    /* It was running when its store went away: failed on recovery, as the default says. */
+    expect_json(task, "\"status\":\"failed\"", __LINE__);
+    mcpts_handle_free(h);
+    mcpts_store_free(store);
+    remove_dir(dir);
+}
+
 int main(void) {
     result_names();
     bytes_and_last_error_edges();
     store_new_errors();
+    journal_survives_free();
 
     const char *config =
         "{\"default_ttl\": \"10m\", \"max_ttl\": 3600000, \"poll_interval\": \"250ms\","
