@@ -37,6 +37,12 @@ pub(super) const MAX_REOPEN_WAIT: Duration = Duration::from_secs(5);
 /// starts the reopen waits afresh.
 const HEALTHY_STREAM: Duration = Duration::from_secs(10);
 
+/// The shortest wait before the `GET` stream is opened again, whatever `retry:` asks: a
+/// server that answers every opening with one message and ends the stream at once, with
+/// `retry: 0`, would otherwise have the client reopen it in a tight loop (each such stream
+/// counts as healthy).
+pub(super) const MIN_REOPEN_WAIT: Duration = Duration::from_millis(10);
+
 /// What the `GET` stream's reader shares with session renewal and shutdown, which both
 /// wake it from its waits.
 #[derive(Default)]
@@ -313,15 +319,16 @@ enum Attempt {
 
 /// The wait before opening the `GET` stream again after `failures` failed attempts or
 /// unhealthy streams in a row: the server's `retry` time (or [`FIRST_REOPEN_WAIT`]),
-/// doubled for each failure, up to [`MAX_REOPEN_WAIT`] (or `retry` if longer). Once
-/// something failed the base is at least [`FIRST_REOPEN_WAIT`]: a `retry` of 0 (or a few
-/// ms) would otherwise hammer a server that keeps failing.
+/// doubled for each failure, up to [`MAX_REOPEN_WAIT`] (or `retry` if longer), and never
+/// under [`MIN_REOPEN_WAIT`]. Once something failed the base is at least
+/// [`FIRST_REOPEN_WAIT`]: a `retry` of 0 (or a few ms) would otherwise hammer a server that
+/// keeps failing.
 pub(super) fn reopen_wait(retry: Option<Duration>, failures: u32) -> Duration {
     let first = retry.unwrap_or(FIRST_REOPEN_WAIT);
     let first = if failures > 0 {
         first.max(FIRST_REOPEN_WAIT)
     } else {
-        first
+        first.max(MIN_REOPEN_WAIT)
     };
     let most = first.max(MAX_REOPEN_WAIT);
     first

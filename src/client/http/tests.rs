@@ -12,7 +12,7 @@ use serde_json::json;
 use std::time::Instant;
 
 use super::super::transport::{Pending, Work};
-use super::stream::{reopen_wait, FIRST_REOPEN_WAIT, MAX_REOPEN_WAIT};
+use super::stream::{reopen_wait, FIRST_REOPEN_WAIT, MAX_REOPEN_WAIT, MIN_REOPEN_WAIT};
 use super::wire::Chunked;
 use super::*;
 use crate::client::Client;
@@ -1074,7 +1074,9 @@ fn reopen_waits_double_up_to_a_cap_and_follow_the_servers_retry() {
     // After a failure a short retry (0 included) no longer sets the pace: it doubles
     // from the usual first wait.
     assert_eq!(reopen_wait(Some(retry), 1), 2 * FIRST_REOPEN_WAIT);
-    assert_eq!(reopen_wait(Some(Duration::ZERO), 0), Duration::ZERO);
+    // Not even a healthy stream's end is followed by a reopening at once: a server that
+    // sends a message, ends each stream and asks for no wait would get a tight loop.
+    assert_eq!(reopen_wait(Some(Duration::ZERO), 0), MIN_REOPEN_WAIT);
     assert_eq!(reopen_wait(Some(Duration::ZERO), 3), 8 * FIRST_REOPEN_WAIT);
     // A server asking for a long wait gets it, and no longer.
     let long = Duration::from_secs(60);
@@ -1657,4 +1659,33 @@ fn urls_are_http_only() {
     );
     assert!(Endpoint::parse("https://example/mcp").is_err());
     assert!(Endpoint::parse("http://example/mcp HTTP/1.0\r\nX: y").is_err());
+}
+
+/// What is sent is the path and query only; parts of a URL the client cannot honour are
+/// refused up front with a reason, not at the first connection.
+#[test]
+fn urls_send_path_and_query_and_refuse_what_they_cannot_honour() {
+    let parts = |url: &str| {
+        let e = Endpoint::parse(url).unwrap();
+        (e.authority, e.path)
+    };
+    let expect = |authority: &str, path: &str| (authority.to_owned(), path.to_owned());
+    assert_eq!(
+        parts("http://h:8080/mcp?k=v#top"),
+        expect("h:8080", "/mcp?k=v")
+    );
+    assert_eq!(parts("http://h?k=v"), expect("h:80", "/?k=v"));
+    assert_eq!(parts("http://h#top"), expect("h:80", "/"));
+    assert_eq!(parts("http://[::1]/mcp"), expect("[::1]:80", "/mcp"));
+    assert_eq!(parts("http://[::1]:9/mcp"), expect("[::1]:9", "/mcp"));
+    for (url, why) in [
+        ("http://user:pw@h/mcp", "user information"),
+        ("http://h:/mcp", "not a port"),
+        ("http://h:http/mcp", "not a port"),
+        ("http://h:70000/mcp", "not a port"),
+        ("http://?k=v", "names no host"),
+    ] {
+        let error = Endpoint::parse(url).err().unwrap().to_string();
+        assert!(error.contains(why), "{url}: {error}");
+    }
 }

@@ -38,25 +38,38 @@ impl Endpoint {
                 "{url:?}: a URL with whitespace or control characters"
             )));
         }
-        let (authority, path) = match rest.find('/') {
-            Some(slash) => (&rest[..slash], &rest[slash..]),
-            None => (rest, "/"),
+        // A fragment is the client's own business: it is never sent (RFC 9110 §7.1).
+        let rest = rest.split_once('#').map_or(rest, |(before, _)| before);
+        // The authority ends at the path or, with no path, at the query.
+        let (authority, path) = match rest.find(['/', '?']) {
+            Some(end) if rest[end..].starts_with('?') => {
+                (&rest[..end], format!("/{}", &rest[end..]))
+            }
+            Some(end) => (&rest[..end], rest[end..].to_owned()),
+            None => (rest, "/".to_owned()),
         };
         if authority.is_empty() {
             return Err(ClientError::Unsupported(format!("'{url}' names no host")));
         }
-        let authority = if authority
+        if authority.contains('@') {
+            return Err(ClientError::Unsupported(format!(
+                "'{url}': user information in the URL (user:password@) is not supported"
+            )));
+        }
+        let port = authority
             .rsplit_once(':')
-            .is_some_and(|(_, p)| !p.contains(']'))
-        {
-            authority.to_owned()
-        } else {
-            format!("{authority}:80")
+            .filter(|(_, port)| !port.contains(']'))
+            .map(|(_, port)| port);
+        let authority = match port {
+            Some(port) if port.parse::<u16>().is_err() => {
+                return Err(ClientError::Unsupported(format!(
+                    "'{url}': '{port}' is not a port number"
+                )))
+            }
+            Some(_) => authority.to_owned(),
+            None => format!("{authority}:80"),
         };
-        Ok(Endpoint {
-            authority,
-            path: path.to_owned(),
-        })
+        Ok(Endpoint { authority, path })
     }
 
     fn connect(&self, timeout: Duration) -> io::Result<TcpStream> {
