@@ -76,7 +76,8 @@ impl<'de> Deserialize<'de> for TaskId {
 
 /// A v4 UUID from the kernel's CSPRNG, read 4 KiB at a time per thread from
 /// `/dev/urandom`: one system call per 256 ids instead of one per id. Where the device is
-/// missing, each id comes from `Uuid::new_v4`.
+/// missing, or the thread's pool is gone (a call from a thread-exit hook, after the
+/// thread's locals were torn down), each id comes from `Uuid::new_v4`.
 fn random_uuid() -> Uuid {
     use std::cell::RefCell;
     use std::io::Read;
@@ -94,7 +95,7 @@ fn random_uuid() -> Uuid {
             used: BYTES,
         });
     }
-    POOL.with(|pool| {
+    let pooled = POOL.try_with(|pool| {
         let mut pool = pool.borrow_mut();
         if pool.used + 16 > BYTES {
             let Pool {
@@ -114,7 +115,8 @@ fn random_uuid() -> Uuid {
         // Clear the bytes handed out, so nothing about past ids stays in memory.
         pool.bytes[start..start + 16].fill(0);
         uuid::Builder::from_random_bytes(random).into_uuid()
-    })
+    });
+    pooled.unwrap_or_else(|_| Uuid::new_v4())
 }
 
 /// The session (or authorization context) a task is bound to.
@@ -159,5 +161,44 @@ impl From<&str> for SessionId {
 impl From<String> for SessionId {
     fn from(value: String) -> Self {
         SessionId::new(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::sync::mpsc;
+
+    /// Makes an id when its thread's locals are torn down, and sends what came of it.
+    struct IdOnExit(mpsc::Sender<std::thread::Result<TaskId>>);
+
+    impl Drop for IdOnExit {
+        fn drop(&mut self) {
+            // A panic escaping a thread-local's destructor aborts the process: catch it.
+            let _ = self.0.send(std::panic::catch_unwind(TaskId::random));
+        }
+    }
+
+    thread_local! {
+        static ON_EXIT: RefCell<Option<IdOnExit>> = const { RefCell::new(None) };
+    }
+
+    #[test]
+    fn an_id_can_be_made_while_the_thread_is_torn_down() {
+        // A C host's thread-exit hook may create a task (see the C ABI's tests): by then
+        // the id pool, a thread-local made after the hook's, is gone.
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            // Made before the pool, so torn down after it.
+            ON_EXIT.with(|slot| slot.borrow_mut().take());
+            let first = TaskId::random();
+            ON_EXIT.with(|slot| *slot.borrow_mut() = Some(IdOnExit(tx)));
+            first
+        })
+        .join()
+        .unwrap();
+        let made = rx.recv().expect("the hook ran");
+        assert!(made.is_ok(), "making an id at thread exit panicked");
     }
 }
