@@ -14,6 +14,7 @@ use super::bytes::mcpts_bytes;
 use super::config::parse_config;
 use super::dispatch::DispatchStore;
 use super::error::{mcpts_result, parse_object, Error};
+use crate::model::forks;
 use crate::protocol::RpcError;
 use crate::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Origin, Outcome, SessionId, Store,
@@ -105,52 +106,6 @@ impl Owner {
             ));
         }
         Ok(())
-    }
-}
-
-/// Counting forks, to tell a forked child from the process that created a store.
-///
-/// A process id alone misleads after pid reuse: a double-forking daemon's grandchild can
-/// get the pid of the long-gone creator, and would then wait on a thread that is not there.
-/// A counter that every fork's child increments cannot repeat; the pid still catches the
-/// forks that run no atfork handler ([`Owner::forked`] looks at both).
-mod forks {
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    static GENERATION: AtomicU64 = AtomicU64::new(0);
-
-    /// How many forks separate this process from the first that asked (0 there).
-    #[cfg(unix)]
-    pub(super) fn generation() -> u64 {
-        static WATCH: std::sync::Once = std::sync::Once::new();
-        // Before any store exists (stores call this when created), so every fork that can
-        // copy a store is counted.
-        WATCH.call_once(|| {
-            extern "C" {
-                fn pthread_atfork(
-                    prepare: Option<unsafe extern "C" fn()>,
-                    parent: Option<unsafe extern "C" fn()>,
-                    child: Option<unsafe extern "C" fn()>,
-                ) -> std::ffi::c_int;
-            }
-            unsafe extern "C" fn in_child() {
-                // Runs in the child right after fork(): an atomic add is safe there.
-                GENERATION.fetch_add(1, Ordering::Relaxed);
-            }
-            // SAFETY: registers a handler that only touches an atomic; the C library
-            // keeps the pointer for the life of the process, and the function is static.
-            let failed = unsafe { pthread_atfork(None, None, Some(in_child)) } != 0;
-            if failed {
-                log::error!("cannot watch for fork(): a forked child's calls may hang");
-            }
-        });
-        GENERATION.load(Ordering::Relaxed)
-    }
-
-    /// No `fork()` outside Unix.
-    #[cfg(not(unix))]
-    pub(super) fn generation() -> u64 {
-        GENERATION.load(Ordering::Relaxed)
     }
 }
 

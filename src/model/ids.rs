@@ -77,35 +77,51 @@ impl<'de> Deserialize<'de> for TaskId {
 /// A v4 UUID from the kernel's CSPRNG, read 4 KiB at a time per thread from
 /// `/dev/urandom`: one system call per 256 ids instead of one per id. Where the device is
 /// missing, or the thread's pool is gone (a call from a thread-exit hook, after the
-/// thread's locals were torn down), each id comes from `Uuid::new_v4`.
+/// thread's locals were torn down), each id comes from `Uuid::new_v4`. A pool copied into
+/// a forked child is thrown away there, unused: parent and child would otherwise hand out
+/// the same ids, and one process's clients could name (and so read) the other's tasks.
 fn random_uuid() -> Uuid {
     use std::cell::RefCell;
     use std::io::Read;
+
+    use super::forks;
 
     const BYTES: usize = 4096;
     struct Pool {
         source: Option<std::fs::File>,
         bytes: [u8; BYTES],
         used: usize,
+        /// The fork generation the bytes were read in.
+        generation: u64,
     }
     thread_local! {
         static POOL: RefCell<Pool> = RefCell::new(Pool {
             source: std::fs::File::open("/dev/urandom").ok(),
             bytes: [0; BYTES],
             used: BYTES,
+            generation: forks::generation(),
         });
     }
     let pooled = POOL.try_with(|pool| {
         let mut pool = pool.borrow_mut();
-        if pool.used + 16 > BYTES {
+        let generation = forks::generation();
+        if pool.used + 16 > BYTES || pool.generation != generation {
             let Pool {
                 source,
                 bytes,
                 used,
+                generation: read_in,
             } = &mut *pool;
+            *read_in = generation;
             match source.as_mut().map(|file| file.read_exact(bytes)) {
                 Some(Ok(())) => *used = 0,
-                _ => return Uuid::new_v4(),
+                _ => {
+                    // Nothing left in it may be handed out (in a forked child, the bytes
+                    // are the parent's).
+                    bytes.fill(0);
+                    *used = BYTES;
+                    return Uuid::new_v4();
+                }
             }
         }
         let start = pool.used;
@@ -200,5 +216,40 @@ mod tests {
         .unwrap();
         let made = rx.recv().expect("the hook ran");
         assert!(made.is_ok(), "making an id at thread exit panicked");
+    }
+
+    /// A forked child (a C or Python host's pre-forked workers) gets a copy of the id
+    /// pool; using it would hand out the parent's next ids in both processes.
+    #[cfg(unix)]
+    #[test]
+    fn a_forked_child_makes_other_ids_than_its_parent() {
+        // Fills this thread's pool.
+        let _ = TaskId::random();
+        let mut fds = [0i32; 2];
+        // SAFETY: the array is live and has room for two descriptors.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: the child only makes an id (a read of /dev/urandom at most), writes it
+        // and leaves with `_exit`, never returning into the test harness.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let bits = TaskId::random().as_u128().to_le_bytes();
+            // SAFETY: the buffer is live for 16 bytes; `_exit` ends the child at once.
+            unsafe {
+                libc::write(fds[1], bits.as_ptr().cast(), bits.len());
+                libc::_exit(0);
+            }
+        }
+        let parent = TaskId::random();
+        let mut bits = [0u8; 16];
+        // SAFETY: the buffer is live for 16 bytes; the pid is our child's.
+        unsafe {
+            assert_eq!(libc::read(fds[0], bits.as_mut_ptr().cast(), bits.len()), 16);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+        let child = TaskId::from_u128(u128::from_le_bytes(bits));
+        assert_ne!(parent, child, "parent and child made the same id");
     }
 }

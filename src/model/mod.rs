@@ -4,6 +4,7 @@
 //! Nothing here knows about threads, clocks or JSON-RPC framing; these are plain values.
 
 pub(crate) mod depth;
+pub(crate) mod forks;
 mod ids;
 mod origin;
 mod task;
