@@ -457,6 +457,13 @@ impl Connection {
             }
         };
         if revision == Revision::Sep2663 {
+            // A call that can only be served as a task, from a client that did not declare
+            // the extension, is refused before anything else (a preflight question would
+            // be answered for nothing: the call is refused all the same).
+            if tool.task_support() == TaskSupport::Required && !meta.declares_tasks {
+                let what = format!("tool '{}'", call.name);
+                return reply.send(Err(sep2663::missing_capability(&what)));
+            }
             let responses = call.input_responses.as_ref();
             if let Preflight::NeedInput(requests) = tool.preflight(&arguments, responses) {
                 let methods = requests
@@ -506,11 +513,9 @@ impl Connection {
                 (Ok(None), _) => self.run_inline(run, Binding::inline(), reply),
             },
             // The server decides; a legacy `params.task` is ignored.
+            // (A task-required call without the extension was refused above.)
             Revision::Sep2663 => match (run.tool.task_support(), meta.declares_tasks) {
-                (TaskSupport::Required, false) => reply.send(Err(sep2663::missing_capability(
-                    &format!("tool '{}'", call.name),
-                ))),
-                (TaskSupport::Required, true) => self.start_task(run, None, reply),
+                (TaskSupport::Required, _) => self.start_task(run, None, reply),
                 (TaskSupport::Optional, true) => self.run_promotable(run, reply),
                 _ => self.run_inline(run, Binding::inline(), reply),
             },

@@ -2020,6 +2020,35 @@ fn sep2663_input_the_call_did_not_declare_is_never_asked_for() {
     assert_eq!(asked["result"]["resultType"], "input_required");
 }
 
+#[test]
+fn a_task_required_tool_refuses_a_client_without_the_extension_before_asking_anything() {
+    // SEP-2663: a request the server can only serve as a task, from a client that did not
+    // declare the extension, gets -32021 naming the extension. Not a multi-round-trip
+    // question first (answered for nothing: the retry is refused all the same), nor the
+    // -32021 of that question's capability (a client that adds it is still refused).
+    let mut h = Harness::new();
+    let elicitation_only = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+    });
+    let nothing_declared = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    for meta in [elicitation_only, nothing_declared] {
+        let refused = h.request(
+            "tools/call",
+            json!({"name": "test_tool_with_task", "arguments": {}, "_meta": meta}),
+        );
+        assert_eq!(refused["error"]["code"], -32021, "{refused}");
+        assert_eq!(
+            refused["error"]["data"]["requiredCapabilities"],
+            json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
+            "{refused}"
+        );
+    }
+}
+
 // ------------------------------------------------------------ subscriptions/listen (SEP-2663)
 
 impl Harness {
