@@ -1223,12 +1223,15 @@ impl Connection {
         };
         // Tells the client the request is no longer wanted (its answer would be dropped);
         // not over a closed connection. Optional, like every notification: never blocks.
+        // A request for a task is withdrawn tied to that task, as it was sent (2025-11-25:
+        // every message related to a task carries the related-task `_meta`).
         let withdraw = |reason: &str| {
             if !self.closed.load(Ordering::SeqCst) {
-                let withdrawn = jsonrpc::notification(
-                    "notifications/cancelled",
-                    json!({"requestId": id, "reason": reason}),
-                );
+                let mut params = json!({"requestId": id, "reason": reason});
+                if let Some(task) = task {
+                    params = v2025::with_related_task(params, task);
+                }
+                let withdrawn = jsonrpc::notification("notifications/cancelled", params);
                 let _ = self.outgoing.try_send(withdrawn);
             }
         };

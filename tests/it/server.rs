@@ -1032,6 +1032,13 @@ fn a_request_to_the_client_is_withdrawn_when_its_task_ends() {
     h.result("tasks/cancel", json!({"taskId": id}));
     let withdrawn = h.next_outgoing("notifications/cancelled");
     assert_eq!(withdrawn["params"]["requestId"], asked["id"], "{withdrawn}");
+    // Tied to the task, as the request it withdraws was (2025-11-25: every message related
+    // to a task carries the related-task `_meta`).
+    assert_eq!(
+        withdrawn["params"]["_meta"]["io.modelcontextprotocol/related-task"],
+        json!({"taskId": id}),
+        "{withdrawn}"
+    );
     // A late answer to it is dropped.
     h.connection.handle_text(
         &json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}}).to_string(),
