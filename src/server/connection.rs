@@ -658,7 +658,7 @@ impl Connection {
             if cancellable {
                 connection.forget_inline_run(&run.request, &binding);
             }
-            reply.send_unless(binding.is_withheld(), outcome);
+            reply.send_unless(binding.is_withheld(), inline_outcome(run.revision, outcome));
         });
         if let (Err(_), Some((request, binding))) = (submitted, registered) {
             // The refused job is dropped, and its reply answered "busy".
@@ -693,7 +693,7 @@ impl Connection {
                     connection.settle_task(id, job.revision, outcome, context.is_cancelled())
                 }
                 None => {
-                    let _ = done_tx.send(outcome);
+                    let _ = done_tx.send(inline_outcome(job.revision, outcome));
                 }
             }
         });
@@ -1114,6 +1114,17 @@ struct Run {
     request: RequestId,
     /// The client capabilities a SEP-2663 call declared (`None` on 2025-11-25).
     declared: Option<Vec<String>>,
+}
+
+/// A tool's outcome as a plain call answers it. On 2026-07-28 a tool result is `complete`
+/// whatever `resultType` the tool put in it, as when its task stores it (see
+/// [`sep2663::settle`]): `task` is for a `CreateTaskResult` only, and `input_required` for
+/// the server's own multi-round-trip questions.
+fn inline_outcome(revision: Revision, outcome: Result<Value, RpcError>) -> Result<Value, RpcError> {
+    match revision {
+        Revision::V2025 => outcome,
+        Revision::Sep2663 => outcome.map(|result| sep2663::with_result_type(result, "complete")),
+    }
 }
 
 fn run_tool(tool: &Tool, arguments: Value, context: &TaskContext) -> Result<Value, RpcError> {

@@ -58,6 +58,18 @@ fn ask_maybe_tool() -> Tool {
     )
 }
 
+/// A tool that may run as a task and returns its argument `result` as it is (a tool that
+/// passes on what another server answered, say).
+fn passthrough_tool() -> Tool {
+    Tool::new(
+        "passthrough",
+        "Returns `result` as it is; may run as a task",
+        json!({"type": "object"}),
+        TaskSupport::Optional,
+        |args, _| Ok(args["result"].clone()),
+    )
+}
+
 fn deep_ask_tool() -> Tool {
     Tool::new(
         "deep_ask",
@@ -129,6 +141,7 @@ impl Harness {
             deep_tool(),
             deep_ask_tool(),
             ask_maybe_tool(),
+            passthrough_tool(),
         ]) {
             builder = builder.tool(tool);
         }
@@ -2053,6 +2066,24 @@ fn a_task_required_tool_refuses_a_client_without_the_extension_before_asking_any
             json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
             "{refused}"
         );
+    }
+}
+
+#[test]
+fn a_tool_result_answered_inline_is_complete_whatever_resulttype_it_carries() {
+    // 2026-07-28: `resultType: "task"` is for a CreateTaskResult only, and a client that
+    // did not declare the input capabilities must not be handed `input_required`. A tool's
+    // own result is `complete`, inline as when its task stores it.
+    let mut h = Harness::new();
+    for declare in [false, true] {
+        for claimed in ["task", "input_required", "complete"] {
+            let result = json!({"content": [], "resultType": claimed});
+            let reply = h.call_2026("passthrough", json!({ "result": result }), declare);
+            assert_eq!(
+                reply["result"]["resultType"], "complete",
+                "declare {declare}: {reply}"
+            );
+        }
     }
 }
 
