@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::batch;
-use super::context::{Binding, ClientPeer, TaskContext};
+use super::context::{undeclared, Binding, ClientPeer, TaskContext};
 use super::listen::{Ending, ListenKey, Sink, Subscriptions};
 use super::tools::{Preflight, TaskSupport, Tool};
 use super::ServerCore;
@@ -1147,6 +1147,10 @@ impl ClientPeer for Connection {
     ) -> Result<Value, RpcError> {
         self.request_for(method, params, task, None)
     }
+
+    fn supports(&self, method: &str) -> bool {
+        self.client_supports(method)
+    }
 }
 
 /// The client as one tool call sees it: a request it sends for a plain call is abandoned
@@ -1165,6 +1169,10 @@ impl ClientPeer for CallPeer {
     ) -> Result<Value, RpcError> {
         let call = Some(&*self.binding);
         self.connection.request_for(method, params, task, call)
+    }
+
+    fn supports(&self, method: &str) -> bool {
+        self.connection.client_supports(method)
     }
 }
 
@@ -1189,10 +1197,7 @@ impl Connection {
         let cancelled_error =
             || RpcError::internal(format!("{method} was abandoned: the call was cancelled"));
         if !self.client_supports(method) {
-            return Err(RpcError::new(
-                INTERNAL_ERROR,
-                format!("the client did not declare support for {method}"),
-            ));
+            return Err(undeclared(method));
         }
         let id = RequestId::String(format!(
             "s-{}",

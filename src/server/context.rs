@@ -30,6 +30,22 @@ pub trait ClientPeer: Send + Sync {
     /// withdraws the request with `notifications/cancelled`.)
     fn request(&self, method: &str, params: Value, task: Option<TaskId>)
         -> Result<Value, RpcError>;
+
+    /// Whether the client declared it takes `method` (a request it did not declare is
+    /// refused without being sent). Asked before a task is marked `input_required`, so a
+    /// question that cannot be put never shows there. Every method, by default.
+    fn supports(&self, method: &str) -> bool {
+        let _ = method;
+        true
+    }
+}
+
+/// The error a tool gets for a request to a client that did not declare `method`.
+pub(crate) fn undeclared(method: &str) -> RpcError {
+    RpcError::new(
+        INTERNAL_ERROR,
+        format!("the client did not declare support for {method}"),
+    )
 }
 
 /// The run of a tool was cancelled (the task was cancelled, expired or vanished).
@@ -476,6 +492,14 @@ impl TaskContext {
 
     fn ask_2025(&self, id: TaskId, requests: Vec<(String, Value)>) -> Result<Vec<Value>, RpcError> {
         let session = self.session.as_ref();
+        // Refused before the status moves: a client that cannot be asked never sees the
+        // task wait on it.
+        if let Some((method, _)) = requests
+            .iter()
+            .find(|(method, _)| !self.peer.supports(method))
+        {
+            return Err(undeclared(method));
+        }
         self.store
             .update_status(id, session, TaskStatus::InputRequired, None)
             .map_err(ended_or_internal)?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 use mcp_task_store::protocol::RpcError;
 use mcp_task_store::server::{demo, text_result, Connection, Server, TaskSupport, Tool};
-use mcp_task_store::{ManualClock, Store, StoreHandle, TaskStore};
+use mcp_task_store::{ManualClock, Store, StoreEvent, StoreHandle, TaskStore};
 use serde_json::{json, Value};
 
 use crate::fixtures::{boom_tool, panic_tool, OnlyRequired};
@@ -970,6 +970,27 @@ fn ask_without_client_elicitation_support_fails_the_task() {
         h.result("tasks/get", json!({"taskId": id}))["status"],
         "failed"
     );
+}
+
+/// A question the client cannot be asked is refused before the task's status moves: the
+/// task goes from `working` to `failed`, never through `input_required` for a question
+/// that was never sent.
+#[test]
+fn a_question_the_client_cannot_take_never_shows_the_task_waiting() {
+    let mut h = Harness::new();
+    let events = h.server.store().subscribe().unwrap();
+    h.initialize(json!({}));
+    let id = h.start("ask", json!({"question": "?"}));
+    let response = h.request("tasks/result", json!({"taskId": id}));
+    assert_eq!(response["error"]["code"], -32603);
+    let statuses: Vec<String> = events
+        .try_iter()
+        .filter_map(|event| match event {
+            StoreEvent::Status { task, .. } => Some(task.status.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(statuses, ["failed"], "{statuses:?}");
 }
 
 #[test]
