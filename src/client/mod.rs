@@ -575,9 +575,11 @@ impl Client {
         };
         let result_type = reply.get("resultType").and_then(Value::as_str);
         let outcome = match (self.revision(), result_type) {
-            (Revision::V2025, _) => match reply.get("task") {
-                Some(task) => CallOutcome::Task(TaskInfo::from_value(task)?),
-                None => CallOutcome::Complete(reply),
+            // A created task only answers a call that asked for one: a plain call's result
+            // may have a field of any name.
+            (Revision::V2025, _) => match (call.task, reply.get("task")) {
+                (Some(_), Some(task)) => CallOutcome::Task(TaskInfo::from_value(task)?),
+                _ => CallOutcome::Complete(reply),
             },
             (Revision::Sep2663, Some("task")) => CallOutcome::Task(TaskInfo::from_value(&reply)?),
             (Revision::Sep2663, Some("input_required")) => CallOutcome::InputRequired {

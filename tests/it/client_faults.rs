@@ -490,6 +490,25 @@ fn a_server_that_declares_no_task_augmented_tool_calls_gets_plain_ones() {
     assert!(params.get("task").is_none(), "{params}");
 }
 
+/// A plain call's result is the result, whatever fields it has: one that happens to carry
+/// a `task` (structured tool output, say) is not taken for a created task, which only a
+/// call that asked for one gets (2025-11-25).
+#[test]
+fn a_plain_calls_result_with_a_task_field_is_the_result() {
+    let reply = json!({"content": [], "task": task("working")});
+    let answer = reply.clone();
+    let (stream, log) = scripted(move |method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        "tools/list" => tool_list("forbidden"),
+        "tools/call" => Act::Answer(answer.clone()),
+        _ => Act::Ignore,
+    });
+    let result = call_work(Client::builder(), stream).unwrap();
+    assert_eq!(result, reply);
+    let asked = methods(&log);
+    assert!(!asked.iter().any(|m| m.starts_with("tasks/")), "{asked:?}");
+}
+
 #[test]
 fn answers_to_a_tasks_requests_carry_the_related_task() {
     let log = Log::default();
