@@ -901,6 +901,18 @@ fn a_2025_03_26_session_takes_batches_and_answers_them_in_one_body() {
     let init = json!([{"jsonrpc": "2.0", "id": 1, "method": "initialize",
                        "params": {"protocolVersion": "2025-03-26"}}]);
     assert_eq!(post(addr, &[], &init).status, 400);
+    // 2026-07-28 has no batches: said so, not sent looking for a session (and not with
+    // one, if a 2025-03-26 session id comes along).
+    let v2026 = ("MCP-Protocol-Version", "2026-07-28");
+    for headers in [
+        vec![v2026],
+        vec![v2026, ("Mcp-Session-Id", session.as_str())],
+    ] {
+        let refused = post(addr, &headers, &ping);
+        assert_eq!((refused.status, refused.code()), (400, -32600));
+        let message = refused.json()["error"]["message"].to_string();
+        assert!(message.contains("batches are not supported"), "{message}");
+    }
     // A 2025-11-25 session refuses batches.
     let later = initialize(addr);
     let refused = post(addr, &[("Mcp-Session-Id", &later)], &ping);

@@ -501,12 +501,22 @@ fn body_text(head: &Head, body: Vec<u8>) -> Result<String, Answer> {
     })
 }
 
+/// Whether the `MCP-Protocol-Version` header names 2026-07-28.
+fn speaks_sep2663_by_header(head: &Head) -> bool {
+    head.field("MCP-Protocol-Version") == Some(sep2663::PROTOCOL_VERSION)
+}
+
 fn post(state: &Arc<State>, head: &Head, body: Vec<u8>, responder: Responder) {
     let body = match body_text(head, body) {
         Ok(body) => body,
         Err(answer) => return respond(responder, answer),
     };
     let message = match jsonrpc::parse_value(&body) {
+        // 2026-07-28 has no batches: refused as such, not sent looking for a session.
+        Ok(Value::Array(_)) if speaks_sep2663_by_header(head) => {
+            let error = RpcError::invalid_request(jsonrpc::BATCHES_REFUSED);
+            return respond(responder, Answer::error(400, error));
+        }
         Ok(Value::Array(items)) => return post_batch(state, head, responder, items),
         Ok(value) => jsonrpc::classify(value),
         Err(rejected) => Err(rejected),
@@ -539,7 +549,7 @@ fn post(state: &Arc<State>, head: &Head, body: Vec<u8>, responder: Responder) {
         }
     }
     let header_version = head.field("MCP-Protocol-Version");
-    let by_header = header_version == Some(sep2663::PROTOCOL_VERSION);
+    let by_header = speaks_sep2663_by_header(head);
     // The connection's own rule, so no 2025-11-25 handler ever runs on the shared
     // stateless connection.
     let by_body = method.is_some_and(|m| RequestMeta::of(params).speaks_sep2663(m));
