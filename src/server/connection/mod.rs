@@ -2,28 +2,35 @@
 //! answers requests through a responder the transport supplies, sends server-to-client
 //! requests and notifications through an outgoing channel, and routes the client's
 //! responses back to the tool waiting for them.
+//!
+//! This file holds the connection itself: parsing, the handshake, routing each request,
+//! store events and closing. `tools/call` and the runs it starts are in `calls`, the
+//! blocking `tasks/result` in `results`, and requests to the client on a tool's behalf in
+//! `peer`.
 
 use std::collections::{HashMap, HashSet};
-use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crossbeam_channel::{RecvTimeoutError, Sender, TrySendError};
+use crossbeam_channel::Sender;
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::batch;
-use super::context::{undeclared, Binding, ClientPeer, TaskContext};
+use super::context::Binding;
 use super::listen::{Ending, ListenKey, Sink, Subscriptions};
-use super::tools::{Preflight, TaskSupport, Tool};
 use super::ServerCore;
-use crate::model::{CreateTask, Origin, Outcome, SessionId, StoreEvent, Task, TaskId, TaskStatus};
-use crate::protocol::jsonrpc::{self, Message, Request, RequestId, RpcError, INTERNAL_ERROR};
+use crate::model::{SessionId, StoreEvent, TaskId, TaskStatus};
+use crate::protocol::jsonrpc::{self, Message, Request, RequestId, RpcError};
 use crate::protocol::meta::capability_for;
-use crate::protocol::{rpc_error, sep2663, v2025, RequestMeta, Revision};
-use crate::store::{CancelToken, WaitStop};
-use crate::StoreError;
+use crate::protocol::{sep2663, v2025, RequestMeta, Revision};
+
+mod calls;
+mod peer;
+mod results;
+
+use self::results::{Abandon, CANCELLED_BY_CLIENT, CONNECTION_CLOSED};
 
 /// Where a request's response goes (the transport decides: a line on stdout, an HTTP body).
 ///
@@ -40,20 +47,6 @@ pub(crate) use crate::protocol::meta::{supported_version, unsupported_version};
 /// The protocol versions with JSON-RPC batches: 2025-03-26 says servers MUST accept them,
 /// 2024-11-05 is plain JSON-RPC 2.0, which allows them; 2025-06-18 removed them.
 const BATCH_VERSIONS: &[&str] = &["2025-03-26", "2024-11-05"];
-
-/// How often a tool waiting for the client's answer looks whether its task ended, in case
-/// the store event saying so was lost.
-const TASK_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// A waiting `tasks/result` still waits...
-const WAITING: u8 = 0;
-/// ...its client cancelled it: it stops, unanswered...
-const CANCELLED_BY_CLIENT: u8 = 1;
-/// ...or its connection closed: it stops.
-const CONNECTION_CLOSED: u8 = 2;
-
-/// Most `tasks/result` calls one connection may have blocked at once.
-const MAX_BLOCKED_RESULTS: usize = 256;
 
 struct Pending {
     task: Option<TaskId>,
@@ -103,20 +96,6 @@ impl std::fmt::Debug for Connection {
             .field("session", &self.session)
             .finish_non_exhaustive()
     }
-}
-
-#[derive(Deserialize)]
-struct CallParams {
-    name: String,
-    #[serde(default)]
-    arguments: Option<Value>,
-    /// Read only where it means something (a 2025-11-25 client that negotiated tasks):
-    /// anywhere else it is an unknown field, ignored whatever its shape.
-    #[serde(default)]
-    task: Option<Value>,
-    /// SEP-2663 multi-round-trip: answers to the input requests of an earlier round.
-    #[serde(default, rename = "inputResponses")]
-    input_responses: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -225,8 +204,9 @@ impl Connection {
     }
 
     /// `notifications/cancelled`: tells a plain call still running that its client gave up
-    /// on it ([`TaskContext::is_cancelled`], its `sleep` wakes, and a request it waits on to
-    /// the client ends and is withdrawn, see [`request_for`](Self::request_for)), and ends a waiting
+    /// on it ([`TaskContext::is_cancelled`](super::TaskContext::is_cancelled), its `sleep`
+    /// wakes, and a request it waits on to the client ends and is withdrawn, see
+    /// [`request_for`](Self::request_for)), and ends a waiting
     /// `tasks/result` (at once on a [`StoreHandle`](crate::StoreHandle), within
     /// [`STOP_POLL`](crate::store::STOP_POLL) on a store with the trait's default), which
     /// gives its place and thread back.
@@ -420,391 +400,6 @@ impl Connection {
         json!({ "tools": tools })
     }
 
-    fn tools_call(
-        self: &Arc<Self>,
-        params: Option<Value>,
-        revision: Revision,
-        meta: RequestMeta,
-        id: RequestId,
-        reply: Reply,
-    ) {
-        // Kept with a task as its text, written before `params` is taken apart (no copy
-        // of the tree is made).
-        let origin = OriginRequest {
-            method: "tools/call",
-            params: &params,
-            revision: revision.as_str(),
-        };
-        let origin = match Origin::new(&origin) {
-            Ok(origin) => origin,
-            Err(e) => return reply.send(Err(RpcError::invalid_params(e.to_string()))),
-        };
-        let call: CallParams = match jsonrpc::params(params) {
-            Ok(call) => call,
-            Err(error) => return reply.send(Err(error)),
-        };
-        let Some(tool) = self.core.tools.get(&call.name).cloned() else {
-            return reply.send(Err(RpcError::invalid_params(format!(
-                "unknown tool '{}'",
-                call.name
-            ))));
-        };
-        let arguments = match call.arguments {
-            None | Some(Value::Null) => json!({}),
-            Some(object @ Value::Object(_)) => object,
-            Some(_) => {
-                return reply.send(Err(RpcError::invalid_params("arguments must be an object")))
-            }
-        };
-        if revision == Revision::Sep2663 {
-            // A call that can only be served as a task, from a client that did not declare
-            // the extension, is refused before anything else (a preflight question would
-            // be answered for nothing: the call is refused all the same).
-            if tool.task_support() == TaskSupport::Required && !meta.declares_tasks {
-                let what = format!("tool '{}'", call.name);
-                return reply.send(Err(sep2663::missing_capability(&what)));
-            }
-            let responses = call.input_responses.as_ref();
-            if let Preflight::NeedInput(requests) = tool.preflight(&arguments, responses) {
-                let methods = requests
-                    .values()
-                    .filter_map(|request| request.get("method").and_then(Value::as_str));
-                if let Some(error) = sep2663::undeclared_input(methods, |c| meta.declares(c)) {
-                    return reply.send(Err(error));
-                }
-                return reply.send(Ok(json!({
-                    "resultType": "input_required",
-                    "inputRequests": requests,
-                })));
-            }
-        }
-        let run = Run {
-            tool,
-            arguments,
-            origin,
-            revision,
-            responses: call.input_responses,
-            request: id,
-            declared: (revision == Revision::Sep2663).then(|| meta.capabilities.clone()),
-        };
-        match revision {
-            // A client on a version without tasks declared none: `params.task` is ignored
-            // and every tool runs as a plain call.
-            Revision::V2025 if !self.tasks_negotiated.load(Ordering::Acquire) => {
-                self.run_inline(run, Binding::inline(), reply)
-            }
-            Revision::V2025 => match (task_metadata(call.task), run.tool.task_support()) {
-                (Err(error), _) => reply.send(Err(error)),
-                (Ok(Some(_)), TaskSupport::Forbidden) => reply.send(Err(RpcError::new(
-                    jsonrpc::METHOD_NOT_FOUND,
-                    format!(
-                        "Tool '{}' does not support task-augmented execution",
-                        call.name
-                    ),
-                ))),
-                (Ok(None), TaskSupport::Required) => reply.send(Err(RpcError::new(
-                    jsonrpc::METHOD_NOT_FOUND,
-                    format!(
-                        "Tool '{}' must be called as a task (params.task)",
-                        call.name
-                    ),
-                ))),
-                (Ok(Some(task)), _) => self.start_task(run, task.ttl, reply),
-                (Ok(None), _) => self.run_inline(run, Binding::inline(), reply),
-            },
-            // The server decides; a legacy `params.task` is ignored.
-            // (A task-required call without the extension was refused above.)
-            Revision::Sep2663 => match (run.tool.task_support(), meta.declares_tasks) {
-                (TaskSupport::Required, _) => self.start_task(run, None, reply),
-                (TaskSupport::Optional, true) => self.run_promotable(run, reply),
-                _ => self.run_inline(run, Binding::inline(), reply),
-            },
-        }
-    }
-
-    /// Creates a task for the call in the store (so `tasks/get` finds it before the reply
-    /// leaves), answers with it, then runs the tool on the worker pool.
-    fn start_task(self: &Arc<Self>, run: Run, ttl: Option<u64>, reply: Reply) {
-        let (task, token) = match self.create_task(&run, ttl) {
-            Ok(created) => created,
-            Err(error) => return reply.send(Err(error)),
-        };
-        reply.send(Ok(match run.revision {
-            Revision::V2025 => v2025::create_result(&task),
-            Revision::Sep2663 => sep2663::create_result(&task),
-        }));
-        let id = task.task_id;
-        let revision = run.revision;
-        if revision == Revision::V2025 {
-            self.follow(id, task.status);
-        }
-        let connection = self.clone();
-        let submitted = self.core.pool.submit(move || {
-            let context = connection.context(Binding::task(id, token), &run);
-            let outcome = run_tool(&run.tool, run.arguments, &context);
-            connection.settle_task(id, revision, outcome, context.is_cancelled());
-        });
-        if submitted.is_err() {
-            let busy = RpcError::internal("the server is busy; try again later");
-            self.settle_task(id, revision, Err(busy), false);
-        }
-    }
-
-    /// Starts sending status notifications for task `id`, created `created`. Before the
-    /// run starts, so no change the tool makes is missed; a change made before this (a
-    /// `tasks/cancel` sent as soon as the create result arrived, a TTL that ran out) found
-    /// the task not followed yet, so the task is looked at once more: its status is
-    /// notified, and a task that ended is not followed (it would stay in the map until
-    /// the connection closes).
-    fn follow(&self, id: TaskId, created: TaskStatus) {
-        self.notified.lock().insert(id, created);
-        match self.core.store.get(id, self.session.as_ref()) {
-            Ok(task) => {
-                let last = self.notified.lock().get(&id).copied();
-                // `None`: its end was notified by the event meanwhile.
-                if last.is_some_and(|last| last != task.status) {
-                    self.handle_store_event(&StoreEvent::Status {
-                        task,
-                        session: self.session.clone(),
-                    });
-                }
-            }
-            Err(_) => {
-                self.notified.lock().remove(&id);
-            }
-        }
-    }
-
-    /// Creates the call's task and takes its cancellation token. On a connection closed
-    /// meanwhile the task is cancelled at once: whoever closed it (an HTTP `DELETE`, say)
-    /// may have cancelled the session's tasks before this one existed, and nobody could
-    /// reach it to cancel it later.
-    fn create_task(&self, run: &Run, ttl: Option<u64>) -> Result<(Task, CancelToken), RpcError> {
-        let store = &self.core.store;
-        let mut create = CreateTask::new().origin(run.origin.clone());
-        create.ttl = ttl;
-        create.session = self.session.clone();
-        let task = store.create(create).map_err(|e| rpc_error(&e))?;
-        let token = store
-            .cancel_token(task.task_id, self.session.as_ref())
-            .map_err(|e| rpc_error(&e))?;
-        if self.closed.load(Ordering::SeqCst) {
-            let why = Some("the connection closed".to_owned());
-            let _ = store.cancel(task.task_id, self.session.as_ref(), why);
-        }
-        Ok((task, token))
-    }
-
-    /// Stores a finished run's outcome in its task, as its revision says.
-    fn settle_task(
-        &self,
-        id: TaskId,
-        revision: Revision,
-        outcome: Result<Value, RpcError>,
-        cancelled: bool,
-    ) {
-        if cancelled {
-            log::info!("task {id} observed cancellation");
-        }
-        let (status, outcome, message) = match revision {
-            Revision::V2025 => v2025::settle(outcome),
-            Revision::Sep2663 => sep2663::settle(outcome),
-        };
-        let session = self.session.as_ref();
-        let store = &self.core.store;
-        match store.store_result(id, session, status, outcome, message) {
-            Ok(_) | Err(StoreError::AlreadyTerminal(_)) | Err(StoreError::NotFound) => {}
-            // The store refused the outcome itself (nested past `MAX_PAYLOAD_DEPTH`, say):
-            // the task still ends, failed with why, rather than stay `working` until its
-            // TTL (or for ever, without one).
-            Err(StoreError::InvalidArgument(why)) => {
-                log::warn!("task {id}: its result could not be stored: {why}");
-                let error = RpcError::internal(format!("the tool's result was refused: {why}"));
-                let message = Some(error.message.clone());
-                let outcome = Outcome::error(error.to_value());
-                match store.store_result(id, session, TaskStatus::Failed, outcome, message) {
-                    // (The depth is checked before the task is looked at: it may have
-                    // ended meanwhile.)
-                    Ok(_) | Err(StoreError::AlreadyTerminal(_)) | Err(StoreError::NotFound) => {}
-                    Err(error) => log::warn!("task {id}: could not fail it either: {error}"),
-                }
-            }
-            Err(error) => log::warn!("task {id}: could not store its result: {error}"),
-        }
-    }
-
-    /// Runs a plain call on the worker pool and answers with its result. If the pool
-    /// refuses the job, dropping it drops the reply, which answers "busy".
-    fn run_inline(self: &Arc<Self>, run: Run, binding: Arc<Binding>, reply: Reply) {
-        // Registered before the job is queued, so a cancel that overtakes it still counts.
-        // A SEP-2663 call can be cancelled too, unless the connection is shared.
-        let cancellable = run.revision == Revision::V2025 || !self.shared;
-        let registered = cancellable.then(|| {
-            let request = run.request.clone();
-            self.inline_runs
-                .lock()
-                .insert(request.clone(), binding.clone());
-            (request, binding.clone())
-        });
-        // `close` sets its flag before it cancels the registered runs: a run registered
-        // after that sees the flag here.
-        if registered.is_some() && self.closed.load(Ordering::SeqCst) {
-            binding.cancel_inline();
-        }
-        let connection = self.clone();
-        let submitted = self.core.pool.submit(move || {
-            let context = connection.context(binding.clone(), &run);
-            let outcome = run_tool(&run.tool, run.arguments, &context);
-            if cancellable {
-                connection.forget_inline_run(&run.request, &binding);
-            }
-            reply.send_unless(binding.is_withheld(), inline_outcome(run.revision, outcome));
-        });
-        if let (Err(_), Some((request, binding))) = (submitted, registered) {
-            // The refused job is dropped, and its reply answered "busy".
-            self.forget_inline_run(&request, &binding);
-        }
-    }
-
-    /// Removes a finished plain call from [`inline_runs`](Self::inline_runs), unless a newer
-    /// call reused its request id meanwhile.
-    fn forget_inline_run(&self, request: &RequestId, binding: &Arc<Binding>) {
-        let mut runs = self.inline_runs.lock();
-        if runs.get(request).is_some_and(|b| Arc::ptr_eq(b, binding)) {
-            runs.remove(request);
-        }
-    }
-
-    /// SEP-2663 promotion: the call runs inline for up to the server's promotion budget. If
-    /// it finishes in time the client gets a plain result and the store is never written;
-    /// otherwise a task is created (before the reply leaves) and the same run carries on
-    /// as that task.
-    fn run_promotable(self: &Arc<Self>, run: Run, reply: Reply) {
-        let binding = Binding::promotable();
-        let (done_tx, done_rx) = crossbeam_channel::bounded::<Result<Value, RpcError>>(1);
-        let connection = self.clone();
-        let run_binding = binding.clone();
-        let job = run.clone();
-        let submitted = self.core.pool.submit(move || {
-            let context = connection.context(run_binding.clone(), &job);
-            let outcome = run_tool(&job.tool, job.arguments.clone(), &context);
-            match run_binding.finish() {
-                Some(id) => {
-                    connection.settle_task(id, job.revision, outcome, context.is_cancelled())
-                }
-                None => {
-                    let _ = done_tx.send(inline_outcome(job.revision, outcome));
-                }
-            }
-        });
-        if submitted.is_err() {
-            return; // dropping `reply` answers busy
-        }
-        let connection = self.clone();
-        let budget = self.core.promote_after;
-        let waiting = binding.clone();
-        let waiter = std::thread::Builder::new()
-            .name("mcp-promote".into())
-            .spawn(move || {
-                let hurried = binding.hurried();
-                crossbeam_channel::select! {
-                    recv(done_rx) -> outcome => {
-                        if let Ok(outcome) = outcome {
-                            return reply.send(outcome);
-                        }
-                    }
-                    // The run asked for input: only a task can wait for it.
-                    recv(hurried) -> _ => {}
-                    default(budget) => {}
-                }
-                let promoted = binding.promote(|| {
-                    let (task, token) = connection.create_task(&run, None)?;
-                    Ok::<_, RpcError>((task.task_id, token, task))
-                });
-                let finished_inline = || {
-                    done_rx
-                        .recv()
-                        .unwrap_or_else(|_| Err(RpcError::internal("the tool vanished")))
-                };
-                match promoted {
-                    Some(Ok(task)) => reply.send(Ok(sep2663::create_result(&task))),
-                    // It finished just in time, or no task could be made (a limit, say):
-                    // either way the answer is the inline result.
-                    None | Some(Err(_)) => reply.send(finished_inline()),
-                }
-            });
-        if let Err(error) = waiter {
-            // Its reply went with it (the client hears the server is busy); a run that
-            // asks for input must not wait for a promotion nobody will make.
-            log::error!("cannot spawn a promotion waiter: {error}");
-            waiting.never_task();
-        }
-    }
-
-    /// `tasks/result` blocks until the task ends, so it waits on its own thread and never
-    /// holds up the connection's reader. Most calls come after the task ended (clients poll
-    /// `tasks/get` first) and are answered here, without starting a thread.
-    fn tasks_result(self: &Arc<Self>, request: RequestId, params: Option<Value>, reply: Reply) {
-        let store = self.core.store.as_ref();
-        let session = self.session.as_ref();
-        let Some(task) = v2025::blocking_result_task(store, session, params.as_ref()) else {
-            let outcome = v2025::handle(store, session, "tasks/result", params);
-            return reply.send(outcome.expect("tasks/result is a tasks method"));
-        };
-        let Some(place) = WaitingPlace::take(self, request) else {
-            return reply.send(Err(RpcError::internal(
-                "too many tasks/result calls waiting",
-            )));
-        };
-        let spawned = std::thread::Builder::new()
-            .name("mcp-tasks-result".into())
-            .spawn(move || {
-                let connection = place.connection.clone();
-                let store = connection.core.store.as_ref();
-                let session = connection.session.as_ref();
-                // Stopped when its client cancels it or its connection closes, which gives
-                // its place and thread back.
-                let stop = &place.abandon.stop;
-                if let Err(StoreError::Stopped) =
-                    store.wait_terminal_or_stop(task, session, None, stop)
-                {
-                    let why = place.abandon.why();
-                    drop(place);
-                    if why == CANCELLED_BY_CLIENT {
-                        return reply.withhold();
-                    }
-                    return reply.send(Err(RpcError::internal(
-                        "tasks/result ended: the connection closed",
-                    )));
-                }
-                let outcome = v2025::handle(store, session, "tasks/result", params)
-                    .expect("tasks/result is a tasks method");
-                drop(place);
-                reply.send(outcome);
-            });
-        if let Err(error) = spawned {
-            // The closure, its place and its reply (which answers) are dropped.
-            log::error!("cannot spawn a tasks/result waiter: {error}");
-        }
-    }
-
-    fn context(self: &Arc<Self>, binding: Arc<Binding>, run: &Run) -> TaskContext {
-        let peer = Arc::new(CallPeer {
-            connection: self.clone(),
-            binding: binding.clone(),
-        });
-        TaskContext::new(
-            binding,
-            run.revision,
-            self.session.clone(),
-            self.core.store.clone(),
-            peer,
-        )
-        .with_call_responses(run.responses.clone())
-        .with_declared(run.declared.clone())
-        .with_places(self.core.pool.places())
-    }
-
     /// Reacts to a store event: a status notification for this connection's tasks, and an
     /// end to any client request a task that just ended was waiting on.
     pub fn handle_store_event(&self, event: &StoreEvent) {
@@ -926,103 +521,6 @@ impl Connection {
     }
 }
 
-/// A place among the `tasks/result` calls that may wait at once, on its connection and on
-/// the server, held by the call with request id `request`; given back when dropped.
-struct WaitingPlace {
-    connection: Arc<Connection>,
-    request: RequestId,
-    abandon: Arc<Abandon>,
-}
-
-/// How a waiting `tasks/result` is ended early, and why it was.
-struct Abandon {
-    /// [`WAITING`], then [`CANCELLED_BY_CLIENT`] or [`CONNECTION_CLOSED`].
-    why: AtomicU8,
-    stop: WaitStop,
-}
-
-impl Abandon {
-    /// Ends the wait, for the first reason given (a cancel also overrides a close: the
-    /// client asked for no answer).
-    fn raise(&self, why: u8) {
-        if why == CANCELLED_BY_CLIENT {
-            self.why.store(why, Ordering::Release);
-        } else {
-            let _ = self
-                .why
-                .compare_exchange(WAITING, why, Ordering::AcqRel, Ordering::Acquire);
-        }
-        self.stop.stop();
-    }
-
-    /// [`WAITING`], or why the wait was ended.
-    fn why(&self) -> u8 {
-        self.why.load(Ordering::Acquire)
-    }
-}
-
-impl WaitingPlace {
-    fn take(connection: &Arc<Connection>, request: RequestId) -> Option<WaitingPlace> {
-        let core = &connection.core;
-        if !claim(&connection.blocked_results, MAX_BLOCKED_RESULTS) {
-            return None;
-        }
-        if !claim(&core.waiting_results, core.max_waiting_results) {
-            connection.blocked_results.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        // `close` sets its flag before it raises the registered ones: a call registered
-        // after that sees the flag here.
-        let abandon = Arc::new(Abandon {
-            why: AtomicU8::new(WAITING),
-            stop: WaitStop::new(),
-        });
-        connection
-            .waiting_results
-            .lock()
-            .entry(request.clone())
-            .or_default()
-            .push(abandon.clone());
-        if connection.closed.load(Ordering::SeqCst) {
-            abandon.raise(CONNECTION_CLOSED);
-        }
-        Some(WaitingPlace {
-            connection: connection.clone(),
-            request,
-            abandon,
-        })
-    }
-}
-
-impl Drop for WaitingPlace {
-    fn drop(&mut self) {
-        let connection = &self.connection;
-        {
-            let mut waiting = connection.waiting_results.lock();
-            if let Some(calls) = waiting.get_mut(&self.request) {
-                calls.retain(|abandon| !Arc::ptr_eq(abandon, &self.abandon));
-                if calls.is_empty() {
-                    waiting.remove(&self.request);
-                }
-            }
-        }
-        connection.blocked_results.fetch_sub(1, Ordering::AcqRel);
-        connection
-            .core
-            .waiting_results
-            .fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Takes one of `limit` places counted by `counter`, if one is free.
-fn claim(counter: &AtomicUsize, limit: usize) -> bool {
-    counter
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < limit).then_some(n + 1)
-        })
-        .is_ok()
-}
-
 /// The one answer a request gets. If it is dropped unanswered (a refused job, a panic, a
 /// bug), it answers with an error itself, so a client is never left waiting.
 struct Reply(Option<ReplyFn>);
@@ -1075,211 +573,6 @@ impl Drop for Reply {
             f(Some(Err(RpcError::internal(
                 "the server could not complete the request (busy or shutting down)",
             ))));
-        }
-    }
-}
-
-/// The `params.task` of a 2025-11-25 `tools/call` that negotiated tasks: absent or null for
-/// none, -32602 if it is not a valid `TaskMetadata`.
-fn task_metadata(task: Option<Value>) -> Result<Option<v2025::TaskMetadata>, RpcError> {
-    match task {
-        None | Some(Value::Null) => Ok(None),
-        // Only an object: serde would also read the struct from an array (`[]`, `[60000]`),
-        // and start a task for a wrong type.
-        Some(task @ Value::Object(_)) => serde_json::from_value(task)
-            .map(Some)
-            .map_err(|e| RpcError::invalid_params(format!("task: {e}"))),
-        Some(_) => Err(RpcError::invalid_params("task must be an object")),
-    }
-}
-
-/// What a task keeps of the `tools/call` it came from.
-#[derive(Serialize)]
-struct OriginRequest<'a> {
-    method: &'static str,
-    params: &'a Option<Value>,
-    revision: &'a str,
-}
-
-/// A tool call on its way to running.
-#[derive(Clone)]
-struct Run {
-    tool: Tool,
-    arguments: Value,
-    origin: Origin,
-    revision: Revision,
-    /// The call's own `inputResponses` (multi-round-trip answers).
-    responses: Option<Value>,
-    /// The `tools/call` request's id.
-    request: RequestId,
-    /// The client capabilities a SEP-2663 call declared (`None` on 2025-11-25).
-    declared: Option<Vec<String>>,
-}
-
-/// A tool's outcome as a plain call answers it. On 2026-07-28 a tool result is `complete`
-/// whatever `resultType` the tool put in it, as when its task stores it (see
-/// [`sep2663::settle`]): `task` is for a `CreateTaskResult` only, and `input_required` for
-/// the server's own multi-round-trip questions.
-fn inline_outcome(revision: Revision, outcome: Result<Value, RpcError>) -> Result<Value, RpcError> {
-    match revision {
-        Revision::V2025 => outcome,
-        Revision::Sep2663 => outcome.map(|result| sep2663::with_result_type(result, "complete")),
-    }
-}
-
-fn run_tool(tool: &Tool, arguments: Value, context: &TaskContext) -> Result<Value, RpcError> {
-    std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(arguments, context))).unwrap_or_else(
-        |_| {
-            Err(RpcError::internal(format!(
-                "tool '{}' panicked",
-                tool.name()
-            )))
-        },
-    )
-}
-
-impl ClientPeer for Connection {
-    fn request(
-        &self,
-        method: &str,
-        params: Value,
-        task: Option<TaskId>,
-    ) -> Result<Value, RpcError> {
-        self.request_for(method, params, task, None)
-    }
-
-    fn supports(&self, method: &str) -> bool {
-        self.client_supports(method)
-    }
-}
-
-/// The client as one tool call sees it: a request it sends for a plain call is abandoned
-/// when the call is cancelled (see [`Connection::request_for`]).
-struct CallPeer {
-    connection: Arc<Connection>,
-    binding: Arc<Binding>,
-}
-
-impl ClientPeer for CallPeer {
-    fn request(
-        &self,
-        method: &str,
-        params: Value,
-        task: Option<TaskId>,
-    ) -> Result<Value, RpcError> {
-        let call = Some(&*self.binding);
-        self.connection.request_for(method, params, task, call)
-    }
-
-    fn supports(&self, method: &str) -> bool {
-        self.connection.client_supports(method)
-    }
-}
-
-impl Connection {
-    /// Sends `method` to the client and waits for its answer: until `task` ends, if the
-    /// request is for one, or else until `call` (the plain call asking) is cancelled, by
-    /// its client or its connection closing. A request abandoned that way is withdrawn
-    /// with `notifications/cancelled`, and its answer, if one comes, is dropped; the
-    /// call's worker is free at once.
-    fn request_for(
-        &self,
-        method: &str,
-        params: Value,
-        task: Option<TaskId>,
-        call: Option<&Binding>,
-    ) -> Result<Value, RpcError> {
-        // Disconnected once the call is cancelled; never, for a call that cannot be.
-        let cancelled = match (task, call) {
-            (None, Some(call)) => call.cancelled_signal(),
-            _ => crossbeam_channel::never(),
-        };
-        let cancelled_error =
-            || RpcError::internal(format!("{method} was abandoned: the call was cancelled"));
-        if !self.client_supports(method) {
-            return Err(undeclared(method));
-        }
-        let id = RequestId::String(format!(
-            "s-{}",
-            self.next_request_id.fetch_add(1, Ordering::Relaxed)
-        ));
-        let (reply, answer) = crossbeam_channel::bounded(1);
-        self.pending
-            .lock()
-            .insert(id.clone(), Pending { task, reply });
-        // `close` sets the flag before it empties `pending`: either it removed this entry
-        // (dropping the sender ends the wait below) or the flag is seen here.
-        if self.closed.load(Ordering::SeqCst) {
-            self.pending.lock().remove(&id);
-            return Err(RpcError::internal(format!(
-                "{method} was not sent: the connection is closed"
-            )));
-        }
-        // A call already cancelled sends nothing (a cancel from now on is seen below).
-        if cancelled.try_recv() == Err(crossbeam_channel::TryRecvError::Disconnected) {
-            self.pending.lock().remove(&id);
-            return Err(cancelled_error());
-        }
-        if let Err(error) = self
-            .outgoing
-            .try_send(jsonrpc::request(&id, method, params))
-        {
-            self.pending.lock().remove(&id);
-            let why = match error {
-                TrySendError::Full(_) => "the client is not reading its messages",
-                TrySendError::Disconnected(_) => "the connection is closed",
-            };
-            return Err(RpcError::internal(why));
-        }
-        let abandoned = || {
-            Err(RpcError::new(
-                INTERNAL_ERROR,
-                format!("{method} was abandoned: the task ended or the connection closed"),
-            ))
-        };
-        // Tells the client the request is no longer wanted (its answer would be dropped);
-        // not over a closed connection. Optional, like every notification: never blocks.
-        // A request for a task is withdrawn tied to that task, as it was sent (2025-11-25:
-        // every message related to a task carries the related-task `_meta`).
-        let withdraw = |reason: &str| {
-            if !self.closed.load(Ordering::SeqCst) {
-                let mut params = json!({"requestId": id, "reason": reason});
-                if let Some(task) = task {
-                    params = v2025::with_related_task(params, task);
-                }
-                let withdrawn = jsonrpc::notification("notifications/cancelled", params);
-                let _ = self.outgoing.try_send(withdrawn);
-            }
-        };
-        let Some(task) = task else {
-            return crossbeam_channel::select! {
-                recv(answer) -> outcome => outcome.unwrap_or_else(|_| abandoned()),
-                recv(cancelled) -> _ => {
-                    // Still pending (neither answered nor ended by a close): withdrawn.
-                    if self.pending.lock().remove(&id).is_some() {
-                        withdraw("the tool call was cancelled");
-                    }
-                    Err(cancelled_error())
-                }
-            };
-        };
-        // The task's end normally reaches us as a store event, which drops our sender. A
-        // task that ended while we registered sent it too early, and events can be lost (a
-        // subscriber that falls behind): so the task is also looked at now and then, and
-        // its worker is never held for good by a question nobody will answer.
-        // When the task ends first, the request is withdrawn as for a cancelled call.
-        loop {
-            if self.task_ended(task) {
-                self.pending.lock().remove(&id);
-            }
-            match answer.recv_timeout(TASK_CHECK_INTERVAL) {
-                Ok(outcome) => return outcome,
-                Err(RecvTimeoutError::Disconnected) => {
-                    withdraw("the task ended");
-                    return abandoned();
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-            }
         }
     }
 }
