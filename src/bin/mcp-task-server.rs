@@ -53,6 +53,19 @@ Store settings (durations take units: 500ms, 90s, 10m, 2h):
 Server settings:
     --http ADDR                    serve Streamable HTTP on ADDR instead of stdio
     --allow-remote                 let --http bind a non-loopback address
+    --allow-origin ORIGIN          with --http: let pages from ORIGIN (as a browser sends
+                                   it, e.g. http://localhost:6274 for the MCP Inspector)
+                                   use the server through CORS; repeat for more [default:
+                                   none; other loopback pages get no CORS, other origins
+                                   are refused with 403]
+    --max-connections N            with --http: client connections open at once; task
+                                   subscriptions take at most half [default: 1024]
+    --max-sessions N               with --http: 2025-11-25 sessions open at once
+                                   [default: 1024]
+    --session-idle-timeout DURATION
+                                   with --http: a 2025-11-25 session idle this long is
+                                   ended and its live tasks cancelled [default: 30m]
+    --max-body-bytes N             with --http: largest request body [default: 4194304]
     --promote-after DURATION       how long a SEP-2663 call of a task-optional tool runs
                                    inline before it becomes a task [default: 50ms]
     --workers N                    threads that run tools, at most 4096 [default: 16]
@@ -82,6 +95,51 @@ struct Options {
     durability: Durability,
     salvage: bool,
     promote_after: Duration,
+    http_flags: HttpFlags,
+}
+
+/// What the command line said of the HTTP transport's settings (each `None`: the default).
+#[derive(Default)]
+struct HttpFlags {
+    allowed_origins: Vec<String>,
+    max_connections: Option<usize>,
+    max_sessions: Option<usize>,
+    session_idle_timeout: Option<Duration>,
+    max_body_bytes: Option<usize>,
+}
+
+impl HttpFlags {
+    /// The first flag given, to refuse it when there is no `--http`.
+    fn first_given(&self) -> Option<&'static str> {
+        [
+            (!self.allowed_origins.is_empty(), "--allow-origin"),
+            (self.max_connections.is_some(), "--max-connections"),
+            (self.max_sessions.is_some(), "--max-sessions"),
+            (
+                self.session_idle_timeout.is_some(),
+                "--session-idle-timeout",
+            ),
+            (self.max_body_bytes.is_some(), "--max-body-bytes"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
+}
+
+/// An origin as a browser sends it in `Origin`: `scheme://host[:port]`, nothing after.
+fn parse_origin(value: &str) -> Result<String, String> {
+    let rest = value
+        .strip_prefix("http://")
+        .or_else(|| value.strip_prefix("https://"));
+    match rest {
+        Some(host) if !host.is_empty() && !host.contains(['/', '?', '#', '*']) => {
+            Ok(value.to_string())
+        }
+        _ => Err(format!(
+            "--allow-origin: '{value}' is not an origin such as http://localhost:6274 \
+             (scheme, host and port only, no path or wildcard)"
+        )),
+    }
 }
 
 fn parse_duration(flag: &str, value: &str) -> Result<Duration, String> {
@@ -165,6 +223,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
         durability: Durability::Fsync,
         salvage: false,
         promote_after: Duration::from_millis(50),
+        http_flags: HttpFlags::default(),
     };
     let mut args = args.peekable();
     while let Some(arg) = args.next() {
@@ -210,6 +269,27 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
                 })?)
             }
             "--allow-remote" => options.allow_remote = true,
+            "--allow-origin" => {
+                let origin = parse_origin(&value()?)?;
+                options.http_flags.allowed_origins.push(origin);
+            }
+            "--max-connections" => {
+                let n = parse_limit_count(&flag, &value()?)?;
+                options.http_flags.max_connections = Some(n);
+            }
+            "--max-sessions" => {
+                options.http_flags.max_sessions = Some(parse_limit_count(&flag, &value()?)?)
+            }
+            "--session-idle-timeout" => {
+                let idle = parse_duration(&flag, &value()?)?;
+                if idle.is_zero() {
+                    return Err(format!("{flag}: must be longer than 0"));
+                }
+                options.http_flags.session_idle_timeout = Some(idle);
+            }
+            "--max-body-bytes" => {
+                options.http_flags.max_body_bytes = Some(parse_limit_count(&flag, &value()?)?)
+            }
             "--data-dir" => {
                 let dir = value()?;
                 if dir.is_empty() {
@@ -324,6 +404,11 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
         None if options.allow_remote => {
             return Err("--allow-remote has no effect without --http".to_string())
         }
+        None => {
+            if let Some(flag) = options.http_flags.first_given() {
+                return Err(format!("{flag} has no effect without --http"));
+            }
+        }
         _ => {}
     }
     Ok(Some(options))
@@ -412,7 +497,7 @@ fn main() -> ExitCode {
         }
     };
     if let Some(addr) = options.http {
-        return serve_http(server, addr);
+        return serve_http(server, addr, options.http_flags);
     }
     log::info!("serving MCP tasks (2025-11-25 and SEP-2663) on stdio");
     match server.serve_stdio() {
@@ -425,9 +510,18 @@ fn main() -> ExitCode {
 }
 
 #[cfg(feature = "http")]
-fn serve_http(server: Server, addr: std::net::SocketAddr) -> ExitCode {
+fn serve_http(server: Server, addr: std::net::SocketAddr, flags: HttpFlags) -> ExitCode {
     use mcp_task_store::server::{HttpOptions, HttpServer};
-    match HttpServer::bind(server, addr, HttpOptions::default()) {
+    let defaults = HttpOptions::default();
+    let options = HttpOptions {
+        allowed_origins: flags.allowed_origins,
+        max_connections: flags.max_connections.unwrap_or(defaults.max_connections),
+        max_sessions: flags.max_sessions.unwrap_or(defaults.max_sessions),
+        session_idle_timeout: (flags.session_idle_timeout).unwrap_or(defaults.session_idle_timeout),
+        max_body_bytes: flags.max_body_bytes.unwrap_or(defaults.max_body_bytes),
+        ..defaults
+    };
+    match HttpServer::bind(server, addr, options) {
         Ok(http) => {
             log::info!("serving MCP tasks at http://{}/mcp", http.local_addr());
             http.join();
@@ -441,7 +535,7 @@ fn serve_http(server: Server, addr: std::net::SocketAddr) -> ExitCode {
 }
 
 #[cfg(not(feature = "http"))]
-fn serve_http(_: Server, _: std::net::SocketAddr) -> ExitCode {
+fn serve_http(_: Server, _: std::net::SocketAddr, _: HttpFlags) -> ExitCode {
     eprintln!("mcp-task-server: built without the `http` feature");
     ExitCode::from(2)
 }

@@ -209,6 +209,40 @@ fn bad_command_lines_are_refused_with_a_message_naming_the_flag() {
             "--demo talks to its server over stdio",
         ),
         (&["--data-dir="], "--data-dir needs a value"),
+        // HTTP settings need --http, and take only what the transport can use.
+        (
+            &["--allow-origin", "http://localhost:6274"],
+            "--allow-origin has no effect without --http",
+        ),
+        (
+            &["--max-sessions", "5"],
+            "--max-sessions has no effect without --http",
+        ),
+        (
+            &[
+                "--http",
+                "127.0.0.1:0",
+                "--allow-origin",
+                "http://localhost:6274/",
+            ],
+            "is not an origin such as",
+        ),
+        (
+            &["--http", "127.0.0.1:0", "--allow-origin", "*"],
+            "is not an origin such as",
+        ),
+        (
+            &["--http", "127.0.0.1:0", "--max-connections", "0"],
+            "--max-connections: must be at least 1",
+        ),
+        (
+            &["--http", "127.0.0.1:0", "--session-idle-timeout", "0s"],
+            "--session-idle-timeout: must be longer than 0",
+        ),
+        (
+            &["--http", "127.0.0.1:0", "--max-body-bytes", "lots"],
+            "--max-body-bytes: 'lots' is not a whole number",
+        ),
     ];
     for (args, expected) in cases {
         let output = run_with_timeout(args);
@@ -238,6 +272,72 @@ fn the_demo_runs_to_the_end_and_honours_log() {
         stderr.contains("mcp-task-server: serving MCP tasks"),
         "--log info reaches the server: {stderr}"
     );
+}
+
+/// The binary's HTTP flags reach the transport: an origin given with `--allow-origin` gets
+/// CORS (a browser page such as the MCP Inspector's can use the server), and a body over
+/// `--max-body-bytes` is refused.
+#[test]
+fn the_binarys_http_flags_reach_the_transport() {
+    use std::io::{BufRead, BufReader, Read};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-task-server"))
+        .args(["--http", "127.0.0.1:0", "--log", "info"])
+        .args([
+            "--allow-origin",
+            "http://localhost:6274",
+            "--max-body-bytes",
+            "100",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    // The address the kernel picked, from the log line saying where the server listens.
+    let (found, address) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("serving MCP tasks at http://").nth(1) {
+                let _ = found.send(rest.trim_end_matches("/mcp").to_string());
+            }
+        }
+    });
+    let address = address.recv_timeout(Duration::from_secs(10));
+    let ask = |request: String| {
+        let mut socket = std::net::TcpStream::connect(address.as_ref().unwrap()).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        socket.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        let _ = socket.read_to_string(&mut answer);
+        answer
+    };
+    let preflight = ask(
+        "OPTIONS /mcp HTTP/1.1\r\nHost: x\r\nOrigin: http://localhost:6274\r\n\
+         Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n"
+            .to_string(),
+    );
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(100)
+    );
+    let too_big = ask(format!(
+        "POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(address.is_ok(), "the server never said where it listens");
+    let preflight = preflight.to_ascii_lowercase();
+    assert!(
+        preflight.contains("access-control-allow-origin: http://localhost:6274"),
+        "{preflight}"
+    );
+    assert!(too_big.starts_with("HTTP/1.1 413"), "{too_big}");
 }
 
 /// Runs the binary with `args` and no input, killing it if it runs past 10 s (a command line
