@@ -121,6 +121,15 @@ pub fn detailed_task(detail: &TaskDetail) -> Value {
         (TaskStatus::Failed, Some(Outcome::Error(error))) => {
             object.insert("error".into(), (**error).clone());
         }
+        (TaskStatus::Completed, _) => {
+            // Completed without a stored result (a status set by hand through
+            // `update_status`, which the TypeScript store contract allows): `completed`
+            // still needs a result, and an empty one claims nothing.
+            object.insert(
+                "result".into(),
+                json!({"content": [], "resultType": "complete"}),
+            );
+        }
         (TaskStatus::Failed, _) => {
             // A task that failed without a JSON-RPC error (it expired, a 2025-11-25 tool
             // error, a status set by hand): `failed` still needs an error object.

@@ -99,6 +99,33 @@ fn timestamps_clamp_instead_of_failing_on_hostile_values() {
     assert_eq!(Timestamp(0).to_string(), "1970-01-01T00:00:00.000Z");
 }
 
+/// SEP-2663 requires `result` on a completed task and `error` on a failed one; a task set
+/// `completed` or `failed` by hand, with no outcome stored (the store contract allows it),
+/// still renders a shape a client can read.
+#[test]
+fn a_task_ended_by_hand_without_an_outcome_still_renders_a_valid_sep2663_task() {
+    use mcp_task_store::protocol::dispatch_tasks;
+    use mcp_task_store::{CreateTask, Store, TaskStatus};
+    let store = Store::builder().build().unwrap();
+    let handle = store.handle();
+    for (status, field) in [
+        (TaskStatus::Completed, "result"),
+        (TaskStatus::Failed, "error"),
+    ] {
+        let id = handle.create(CreateTask::new()).unwrap().task_id;
+        handle.update_status(id, None, status, None).unwrap();
+        let request = json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/get",
+            "params": {"taskId": id.to_string(), "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities":
+                    {"extensions": {"io.modelcontextprotocol/tasks": {}}}}}});
+        let answer = dispatch_tasks(&handle, None, &request.to_string()).unwrap();
+        let task = &answer["result"];
+        assert_eq!(task["status"], status.to_string(), "{answer}");
+        assert!(task[field].is_object(), "{field} missing: {answer}");
+    }
+}
+
 #[test]
 fn dispatch_tasks_refuses_a_protocol_version_it_does_not_speak() {
     use mcp_task_store::protocol::dispatch_tasks;
