@@ -85,6 +85,13 @@ impl Revision {
     }
 }
 
+/// Whether a capability's value declares it: any value but `null` and `false`, which say
+/// the client does not have it (a capability is an object; a client that sends `false` or
+/// `null` for one is not to be asked for it).
+pub(crate) fn is_declared(value: &Value) -> bool {
+    !matches!(value, Value::Null | Value::Bool(false))
+}
+
 /// The per-request declarations of a request's `params._meta`.
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct RequestMeta {
@@ -117,10 +124,13 @@ impl RequestMeta {
         let declares_tasks = declared
             .and_then(|c| c.get("extensions"))
             .and_then(|e| e.get(TASKS_EXTENSION))
-            .is_some();
+            .is_some_and(is_declared);
         let capabilities = declared
             .and_then(Value::as_object)
-            .map(|c| c.keys().cloned().collect())
+            .map(|c| {
+                let declared = c.iter().filter(|(_, value)| is_declared(value));
+                declared.map(|(name, _)| name.clone()).collect()
+            })
             .unwrap_or_default();
         RequestMeta {
             protocol_version,

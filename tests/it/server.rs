@@ -2090,6 +2090,35 @@ fn a_task_required_tool_refuses_a_client_without_the_extension_before_asking_any
     }
 }
 
+/// A capability whose value is `null` or `false` is not declared: neither the tasks
+/// extension on 2026-07-28 nor elicitation on 2025-11-25 is taken from such a value, and
+/// the client is not asked for what it said it lacks.
+#[test]
+fn a_capability_declared_null_or_false_is_not_declared() {
+    let mut h = Harness::new();
+    for value in [json!(null), json!(false)] {
+        let meta = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities":
+                {"extensions": {"io.modelcontextprotocol/tasks": value}},
+        });
+        let refused = h.request(
+            "tools/call",
+            json!({"name": "sleep_required", "arguments": {"ms": 1}, "_meta": meta}),
+        );
+        assert_eq!(refused["error"]["code"], -32021, "{value}: {refused}");
+    }
+    for value in [json!(null), json!(false)] {
+        let mut h = Harness::new();
+        h.initialize(json!({ "elicitation": value }));
+        let id = h.start("ask", json!({"question": "?"}));
+        let response = h.request("tasks/result", json!({"taskId": id}));
+        assert_eq!(response["error"]["code"], -32603, "{value}: {response}");
+        let message = response["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("did not declare"), "{value}: {response}");
+    }
+}
+
 #[test]
 fn a_tool_result_answered_inline_is_complete_whatever_resulttype_it_carries() {
     // 2026-07-28: `resultType: "task"` is for a CreateTaskResult only, and a client that

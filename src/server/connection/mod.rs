@@ -23,7 +23,7 @@ use super::listen::{Ending, ListenKey, Sink, Subscriptions};
 use super::ServerCore;
 use crate::model::{SessionId, StoreEvent, TaskId, TaskStatus};
 use crate::protocol::jsonrpc::{self, Message, Request, RequestId, RpcError};
-use crate::protocol::meta::capability_for;
+use crate::protocol::meta::{capability_for, is_declared};
 use crate::protocol::{sep2663, v2025, RequestMeta, Revision};
 
 mod calls;
@@ -516,8 +516,10 @@ impl Connection {
     }
 
     fn client_supports(&self, method: &str) -> bool {
-        capability_for(method)
-            .is_none_or(|capability| self.client_capabilities.lock().get(capability).is_some())
+        capability_for(method).is_none_or(|capability| {
+            let capabilities = self.client_capabilities.lock();
+            capabilities.get(capability).is_some_and(is_declared)
+        })
     }
 }
 
