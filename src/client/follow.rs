@@ -123,7 +123,7 @@ impl Client {
             json!({ "taskId": task_id }),
             follow.deadline_at(),
         ) {
-            Ok(Some(value)) => PolledTask::from_value(&value).map_err(Failure::Passing),
+            Ok(Some(value)) => polled_about(task_id, &value).map_err(Failure::Passing),
             Ok(None) => Err(Failure::Deadline),
             Err(error) => Err(self.sort_failure(task_id, error)),
         }
@@ -225,7 +225,7 @@ impl Client {
         let within = Some(within);
         let params = json!({ "taskId": task_id });
         let polled = self.ask("tasks/get", params.clone(), within).ok()??;
-        let polled = PolledTask::from_value(&polled).ok()?;
+        let polled = polled_about(task_id, &polled).ok()?;
         match (self.revision(), polled.task.status) {
             (_, status) if !status.is_terminal() => None,
             (Revision::Sep2663, _) => settle_sep2663(polled),
@@ -565,6 +565,20 @@ enum Failure {
     /// Perhaps passing (a timeout, a malformed answer, an HTTP error, another JSON-RPC
     /// error): worth trying again.
     Passing(ClientError),
+}
+
+/// A `tasks/get` answer about task `task_id`: one about another task (a broken server's,
+/// or a proxy's mix-up) says nothing of it, and must not end its call with another task's
+/// status or result.
+fn polled_about(task_id: &str, value: &Value) -> Result<PolledTask, ClientError> {
+    let polled = PolledTask::from_value(value)?;
+    if polled.task.task_id != task_id {
+        return Err(ClientError::Protocol(format!(
+            "tasks/get for task {task_id} answered about task {}",
+            polled.task.task_id
+        )));
+    }
+    Ok(polled)
 }
 
 /// Sleeps until `wake` (at once if it passed).

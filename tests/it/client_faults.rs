@@ -1211,6 +1211,46 @@ fn task_notifications_do_not_hurry_giving_up_on_a_task_whose_polls_fail() {
 
 /// The client against scripted Streamable HTTP servers: raw TCP, one thread per
 /// connection, answering each request as the test says.
+#[test]
+fn a_poll_answered_about_another_task_is_not_taken_for_the_followed_one() {
+    for revision in [Revision::V2025, Revision::Sep2663] {
+        let (stream, log) = scripted(move |method, _| match method {
+            "initialize" => initialized("2025-11-25"),
+            "server/discover" => discovered(),
+            "tools/list" => tool_list("required"),
+            "tools/call" if revision == Revision::V2025 => {
+                Act::Answer(json!({"task": task("working")}))
+            }
+            "tools/call" => sep_task(),
+            // Every poll of t1 is answered about t2, which has ended.
+            "tasks/get" if revision == Revision::V2025 => {
+                let mut other = task("cancelled");
+                other["taskId"] = json!("t2");
+                Act::Answer(other)
+            }
+            "tasks/get" => Act::Answer(json!({
+                "resultType": "complete", "taskId": "t2", "status": "completed",
+                "result": {"content": [{"type": "text", "text": "t2's"}]}
+            })),
+            "tasks/cancel" if revision == Revision::V2025 => Act::Answer(task("cancelled")),
+            "tasks/cancel" => Act::Answer(json!({"resultType": "complete"})),
+            _ => Act::Ignore,
+        });
+        let outcome = call_work(Client::builder().revision(revision), stream);
+        assert!(
+            matches!(&outcome, Err(ClientError::TaskAbandoned { task_id, .. }) if task_id == "t1"),
+            "{revision:?}: {outcome:?}"
+        );
+        // Given up after the failed polls in a row (and, on SEP-2663, the look after the
+        // cancel, answered about t2 again).
+        assert!(
+            count(&log, "tasks/get") >= 3 && count(&log, "tasks/cancel") == 1,
+            "{revision:?}: {:?}",
+            methods(&log)
+        );
+    }
+}
+
 #[cfg(feature = "http")]
 mod over_http {
     use std::io::{BufRead, BufReader, Read, Write};
