@@ -17,6 +17,7 @@ use super::{
 };
 use crate::model::TaskStatus;
 use crate::protocol::jsonrpc::{self, INVALID_PARAMS};
+use crate::protocol::v2025::RELATED_TASK;
 use crate::protocol::Revision;
 
 /// How long a best-effort `tasks/cancel` may take before the client gives up on its answer.
@@ -233,7 +234,10 @@ impl Client {
                 Some(settle_2025(polled.task, Ok(json!({}))))
             }
             (Revision::V2025, status) => match self.ask("tasks/result", params, within) {
-                Ok(Some(value)) => Some(settle_2025(polled.task, Ok(value))),
+                Ok(Some(value)) => Some(settle_2025(
+                    polled.task,
+                    Ok(result_of(task_id, value).ok()?),
+                )),
                 Err(error @ ClientError::Rpc(_)) if status == TaskStatus::Failed => {
                     Some(settle_2025(polled.task, Err(error)))
                 }
@@ -293,17 +297,18 @@ impl Client {
             let wake = follow.wake(self.interval(&task, &mut interval));
             if let Some(call) = held.as_ref() {
                 match call.pending.recv_deadline(wake) {
-                    Ok(Ok(value)) => {
+                    Ok(answer) => {
                         *held = None;
-                        return self.finish_2025(task, value, follow);
-                    }
-                    Ok(Err(error)) => {
-                        *held = None;
+                        let error = match answer.and_then(|value| result_of(&id, value)) {
+                            Ok(value) => return self.finish_2025(task, value, follow),
+                            Err(error) => error,
+                        };
                         if self.inner.shared.closed_reason().is_some() {
                             return Err(error);
                         }
                         // It ended before a poll saw the task end: the task failed with
-                        // this error, or the answer's stream or connection broke off (an
+                        // this error, the server answered about another task, or the
+                        // answer's stream or connection broke off (an
                         // HTTP server may end a resumable stream early; a proxy may cut
                         // it) while the task works on. The poll tells which; it waits
                         // for the interval, so a server that keeps ending `tasks/result`
@@ -344,10 +349,13 @@ impl Client {
                 // request may take (and not past the deadline). If it ended early, a new
                 // one answers at once for an ended task.
                 let was_held = held.is_some();
-                let mut outcome = match held.take() {
+                let about = |outcome: Result<Option<Value>, ClientError>| {
+                    outcome.and_then(|value| value.map(|v| result_of(&id, v)).transpose())
+                };
+                let mut outcome = about(match held.take() {
                     Some(call) => self.wait_within(call, "tasks/result", follow.deadline_at()),
                     None => self.ask("tasks/result", params.clone(), follow.deadline_at()),
-                };
+                });
                 // A held one whose stream broke off just then (not a JSON-RPC answer, the
                 // connection still open) is asked once more: the task has ended, so a new
                 // one answers at once.
@@ -355,7 +363,7 @@ impl Client {
                     && matches!(&outcome, Err(e) if !matches!(e, ClientError::Rpc(_)))
                     && self.inner.shared.closed_reason().is_none()
                 {
-                    outcome = self.ask("tasks/result", params, follow.deadline_at());
+                    outcome = about(self.ask("tasks/result", params, follow.deadline_at()));
                 }
                 let outcome = match outcome {
                     Ok(Some(value)) => Ok(value),
@@ -579,6 +587,24 @@ fn polled_about(task_id: &str, value: &Value) -> Result<PolledTask, ClientError>
         )));
     }
     Ok(polled)
+}
+
+/// A `tasks/result` answer for task `task_id` (2025-11-25): one whose related-task `_meta`
+/// names another task is that task's result (a broken server's, or a proxy's mix-up), not
+/// this one's. (One without the `_meta` the server must add is taken as it is.)
+pub(super) fn result_of(task_id: &str, value: Value) -> Result<Value, ClientError> {
+    let about = value
+        .pointer(&format!(
+            "/_meta/{}/taskId",
+            RELATED_TASK.replace('/', "~1")
+        ))
+        .cloned();
+    match about {
+        Some(about) if about.as_str() != Some(task_id) => Err(ClientError::Protocol(format!(
+            "tasks/result for task {task_id} answered with the result of task {about}"
+        ))),
+        _ => Ok(value),
+    }
 }
 
 /// Sleeps until `wake` (at once if it passed).

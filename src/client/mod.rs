@@ -632,6 +632,7 @@ impl Client {
         let call = self.start("tasks/result", json!({ "taskId": task_id }))?;
         self.wait(call, None)
             .map_err(|error| error.unwrap_or_else(|| self.gone()))
+            .and_then(|value| follow::result_of(task_id, value))
     }
 
     /// `tasks/list` (2025-11-25): one page of this client's tasks.

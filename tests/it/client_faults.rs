@@ -1251,6 +1251,29 @@ fn a_poll_answered_about_another_task_is_not_taken_for_the_followed_one() {
     }
 }
 
+#[test]
+fn a_tasks_result_about_another_task_is_not_the_followed_tasks_result() {
+    let (stream, log) = scripted(|method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        "tools/list" => tool_list("required"),
+        "tools/call" => Act::Answer(json!({"task": task("working")})),
+        "tasks/get" => Act::Answer(task("completed")),
+        // Task t2's result, tagged as such.
+        "tasks/result" => {
+            let mut other = done();
+            other["_meta"] = json!({"io.modelcontextprotocol/related-task": {"taskId": "t2"}});
+            Act::Answer(other)
+        }
+        _ => Act::Ignore,
+    });
+    let outcome = call_work(Client::builder(), stream);
+    assert!(
+        matches!(&outcome, Err(ClientError::Protocol(what)) if what.contains("t2")),
+        "{outcome:?}: {:?}",
+        methods(&log)
+    );
+}
+
 #[cfg(feature = "http")]
 mod over_http {
     use std::io::{BufRead, BufReader, Read, Write};
