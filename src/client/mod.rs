@@ -279,7 +279,12 @@ impl Client {
         params
     }
 
-    fn start(&self, method: &str, params: Value) -> Result<InFlight, ClientError> {
+    fn start(&self, method: &str, mut params: Value) -> Result<InFlight, ClientError> {
+        // No params (`null`) are an empty object: JSON-RPC params are an object or an
+        // array, and a SEP-2663 request needs an object for its `_meta`.
+        if params.is_null() {
+            params = json!({});
+        }
         let (id, pending) = self.inner.shared.register()?;
         let message = jsonrpc::request(&id, method, self.with_meta(params));
         if let Err(error) = self.inner.transport.send_request(&id, message) {
@@ -327,7 +332,7 @@ impl Client {
 
     /// Sends any request and waits for its result (on SEP-2663 the request's `_meta` gets
     /// the protocol version and the tasks extension). The escape hatch for methods this
-    /// client has no wrapper for.
+    /// client has no wrapper for. `Value::Null` params are sent as an empty object.
     /// Waits at most the request timeout ([`ClientBuilder::request_timeout`]).
     pub fn request(&self, method: &str, params: Value) -> Result<Value, ClientError> {
         self.ask(method, params, None)

@@ -1274,6 +1274,32 @@ fn a_tasks_result_about_another_task_is_not_the_followed_tasks_result() {
     );
 }
 
+#[test]
+fn a_request_without_params_still_carries_what_each_revision_asks_for() {
+    for revision in [Revision::V2025, Revision::Sep2663] {
+        let (stream, _) = scripted(move |method, params| match method {
+            "initialize" => initialized("2025-11-25"),
+            "server/discover" => discovered(),
+            // JSON-RPC params are an object or an array, or left out; SEP-2663 requests
+            // carry their protocol version and capabilities in `_meta`.
+            "ping" if !params.is_object() => Act::Fail(-32600),
+            "ping"
+                if revision == Revision::Sep2663
+                    && params["_meta"]["io.modelcontextprotocol/protocolVersion"]
+                        != "2026-07-28" =>
+            {
+                Act::Fail(-32022)
+            }
+            _ => Act::Answer(json!({})),
+        });
+        let client = connect(Client::builder().revision(revision), stream).unwrap();
+        let answer = within(Duration::from_secs(10), move || {
+            client.request("ping", Value::Null)
+        });
+        assert!(answer.is_ok(), "{revision:?}: {answer:?}");
+    }
+}
+
 #[cfg(feature = "http")]
 mod over_http {
     use std::io::{BufRead, BufReader, Read, Write};
