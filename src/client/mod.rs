@@ -166,6 +166,10 @@ impl std::fmt::Debug for Client {
 struct InFlight {
     id: jsonrpc::RequestId,
     pending: Pending,
+    /// Whether a `notifications/cancelled` may end it once nobody waits for it: not an
+    /// `initialize`, nor a `tools/call` that may have created a task (which only
+    /// `tasks/cancel` may end).
+    cancellable: bool,
 }
 
 impl Client {
@@ -285,13 +289,36 @@ impl Client {
         if params.is_null() {
             params = json!({});
         }
+        let may_make_a_task = method == "tools/call"
+            && (self.revision() == Revision::Sep2663 || params.get("task").is_some());
+        let cancellable = method != "initialize" && !may_make_a_task;
         let (id, pending) = self.inner.shared.register()?;
         let message = jsonrpc::request(&id, method, self.with_meta(params));
         if let Err(error) = self.inner.transport.send_request(&id, message) {
             self.forget(&id);
             return Err(error);
         }
-        Ok(InFlight { id, pending })
+        Ok(InFlight {
+            id,
+            pending,
+            cancellable,
+        })
+    }
+
+    /// Gives up on a request whose answer did not come in time: it is forgotten and, as
+    /// the lifecycle rules ask of a request that timed out, cancelled where forgetting it
+    /// does not end its exchange for the server too (stdio; over HTTP its connection
+    /// closes) and it may be (see [`InFlight::cancellable`]).
+    fn give_up(&self, call: &InFlight) {
+        self.forget(&call.id);
+        if call.cancellable && !self.inner.transport.abandon_ends_exchange() {
+            let cancel = json!({ "requestId": call.id, "reason": "timed out" });
+            if let Err(error) = (self.inner.transport)
+                .send(jsonrpc::notification("notifications/cancelled", cancel))
+            {
+                log::info!("mcp client: cannot cancel request {}: {error}", call.id);
+            }
+        }
     }
 
     /// Drops request `id`, which nobody waits for any more, and ends its exchange (over
@@ -311,7 +338,7 @@ impl Client {
             Some(at) => match call.pending.recv_deadline(at) {
                 Ok(outcome) => outcome,
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                    self.forget(&call.id);
+                    self.give_up(&call);
                     return Err(None);
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(self.gone()),

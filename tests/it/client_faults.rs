@@ -1300,6 +1300,59 @@ fn a_request_without_params_still_carries_what_each_revision_asks_for() {
     }
 }
 
+#[test]
+fn a_request_that_times_out_is_cancelled_unless_it_may_have_made_a_task() {
+    for (revision, support) in [
+        (Revision::V2025, "forbidden"),
+        (Revision::V2025, "required"),
+        (Revision::Sep2663, "forbidden"),
+    ] {
+        let (stream, log) = scripted(move |method, _| match method {
+            "initialize" => initialized("2025-11-25"),
+            "server/discover" => discovered(),
+            "tools/list" => tool_list(support),
+            "sync" => Act::Answer(json!({})),
+            _ => Act::Ignore,
+        });
+        let builder = Client::builder()
+            .revision(revision)
+            .request_timeout(Duration::from_millis(100));
+        let client = connect(builder, stream).unwrap();
+        let (ping, call) = within(Duration::from_secs(10), move || {
+            let ping = client.request("ping", json!({})).unwrap_err();
+            let call = client.call_tool("work", json!({})).unwrap_err();
+            // Answered after whatever the client sent before it (one queue, in order).
+            client.request("sync", json!({})).unwrap();
+            (ping, call)
+        });
+        let case = format!("{revision:?}, {support}");
+        assert!(
+            matches!(ping, ClientError::Timeout { .. }),
+            "{case}: {ping}"
+        );
+        assert!(
+            matches!(call, ClientError::Timeout { .. }),
+            "{case}: {call}"
+        );
+        let sent = methods(&log);
+        // The timed-out ping is cancelled, as the lifecycle rules ask of a request that
+        // timed out; a tools/call is not when it may have created a task (2025-11-25 asked
+        // for one; a SEP-2663 server decides), which only tasks/cancel may end.
+        let expected = if support == "forbidden" && revision == Revision::V2025 {
+            2
+        } else {
+            1
+        };
+        assert_eq!(
+            sent.iter()
+                .filter(|m| *m == "notifications/cancelled")
+                .count(),
+            expected,
+            "{case}: {sent:?}"
+        );
+    }
+}
+
 #[cfg(feature = "http")]
 mod over_http {
     use std::io::{BufRead, BufReader, Read, Write};
