@@ -63,6 +63,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("config", &self.config)
             .field("elicitation", &self.handlers.elicitation.is_some())
             .field("sampling", &self.handlers.sampling.is_some())
+            .field("roots", &self.handlers.roots.is_some())
             .finish()
     }
 }
@@ -197,6 +198,19 @@ impl ClientBuilder {
         handler: impl Fn(&InputRequest) -> Result<Value, RpcError> + Send + Sync + 'static,
     ) -> Self {
         self.handlers.sampling = Some(Arc::new(handler) as Handler);
+        self
+    }
+
+    /// Answers the server's `roots/list` requests with a `ListRootsResult`
+    /// (`{"roots": [{"uri": "file:///home/ada/project", "name": "project"}]}`): on
+    /// 2025-11-25 as a request, on SEP-2663 as a task's input request. Registering it
+    /// declares the `roots` capability (without `listChanged`: this client sends no
+    /// `notifications/roots/list_changed`).
+    pub fn on_roots(
+        mut self,
+        handler: impl Fn(&InputRequest) -> Result<Value, RpcError> + Send + Sync + 'static,
+    ) -> Self {
+        self.handlers.roots = Some(Arc::new(handler) as Handler);
         self
     }
 

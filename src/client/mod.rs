@@ -202,6 +202,9 @@ impl Client {
         if self.inner.handlers.sampling.is_some() {
             capabilities.insert("sampling".into(), json!({}));
         }
+        if self.inner.handlers.roots.is_some() {
+            capabilities.insert("roots".into(), json!({}));
+        }
         Value::Object(capabilities)
     }
 

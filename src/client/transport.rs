@@ -29,6 +29,7 @@ pub(crate) type Handler = Arc<dyn Fn(&InputRequest) -> Result<Value, RpcError> +
 pub(crate) struct Handlers {
     pub(crate) elicitation: Option<Handler>,
     pub(crate) sampling: Option<Handler>,
+    pub(crate) roots: Option<Handler>,
 }
 
 impl Handlers {
@@ -37,6 +38,7 @@ impl Handlers {
         let handler = match request.method.as_str() {
             "elicitation/create" => self.elicitation.as_ref(),
             "sampling/createMessage" => self.sampling.as_ref(),
+            "roots/list" => self.roots.as_ref(),
             _ => None,
         };
         match handler {
@@ -911,6 +913,7 @@ mod tests {
             let handlers = Handlers {
                 elicitation: Some(handler),
                 sampling: None,
+                roots: None,
             };
             let transport: Arc<dyn Transport> = Arc::new(Nowhere);
             start_dispatcher(jobs, shared.clone(), transport, handlers).unwrap();

@@ -676,6 +676,39 @@ fn a_tool_whose_name_needs_encoding_in_a_header_is_called_over_http() {
     }
 }
 
+/// A tool that lists its client's roots gets them from the client's `on_roots` handler,
+/// as a request on 2025-11-25 and as a task's input request on SEP-2663.
+#[cfg(feature = "http")]
+#[test]
+fn a_tools_roots_request_is_answered_by_the_roots_handler() {
+    use mcp_task_store::server::{text_result, HttpOptions, HttpServer, Server, TaskSupport, Tool};
+    let tool = Tool::new(
+        "first_root",
+        "Names the client's first root",
+        json!({"type": "object"}),
+        TaskSupport::Required,
+        |_, ctx| {
+            let roots = ctx.list_roots()?;
+            Ok(text_result(
+                roots["roots"][0]["uri"].as_str().unwrap_or("none"),
+            ))
+        },
+    );
+    let server = Server::builder().tool(tool).build().unwrap();
+    let http = HttpServer::bind(server, "127.0.0.1:0", HttpOptions::default()).unwrap();
+    let url = format!("http://{}/mcp", http.local_addr());
+    for revision in [Revision::V2025, Revision::Sep2663] {
+        let client = Client::builder()
+            .revision(revision)
+            .poll_interval(Duration::from_millis(20))
+            .on_roots(|_| Ok(json!({"roots": [{"uri": "file:///home/ada/project"}]})))
+            .connect_http(&url)
+            .unwrap();
+        let result = client.call_tool("first_root", json!({})).unwrap();
+        assert_eq!(text(&result), "file:///home/ada/project", "{revision:?}");
+    }
+}
+
 #[test]
 fn declared_extensions_go_along_with_the_tasks_extension_on_sep2663() {
     let (ours, theirs) = UnixStream::pair().unwrap();
