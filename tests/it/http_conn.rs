@@ -297,6 +297,60 @@ fn an_http_1_0_request_is_answered_and_its_connection_closed_unless_kept() {
     }
 }
 
+/// Whether `value` is an IMF-fixdate (RFC 9110 §5.6.7), `Sun, 06 Nov 1994 08:49:37 GMT`.
+fn is_imf_fixdate(value: &str) -> bool {
+    let b = value.as_bytes();
+    let digits = |range: std::ops::Range<usize>| b[range].iter().all(u8::is_ascii_digit);
+    b.len() == 29
+        && ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"].contains(&&value[..3])
+        && &value[3..5] == ", "
+        && digits(5..7)
+        && [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ]
+        .contains(&&value[8..11])
+        && digits(12..16)
+        && digits(17..19)
+        && digits(20..22)
+        && digits(23..25)
+        && &value[25..] == " GMT"
+}
+
+#[test]
+fn every_answer_says_when_it_was_made() {
+    // RFC 9110 §6.6.1: an origin server with a clock sends `Date` in every 2xx, 3xx and
+    // 4xx response: answers, the transport's own refusals and event streams alike.
+    let http = server(HttpOptions::default());
+    let addr = http.local_addr();
+    let (mut conn, session) = open_session(addr);
+    let mut replies = vec![ping(&mut conn, &session)];
+    send(
+        &mut conn,
+        b"DELETE /mcp HTTP/1.1\r\nHost: t\r\nMcp-Session-Id: gone\r\n\r\n",
+    );
+    replies.push(read_reply(&mut conn));
+    send(&mut conn, b"GET /mcp HTTP/1.1\r\n\r\n");
+    replies.push(read_reply(&mut conn));
+    let mut stream = connect(addr);
+    send(
+        &mut stream,
+        format!(
+            "GET /mcp HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    let head = read_head(&mut stream);
+    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+    assert_eq!((statuses, head.status), (vec![200, 404, 400], 200));
+    for (status, date) in replies
+        .iter()
+        .map(|r| (r.status, r.header("Date")))
+        .chain([(head.status, head.header("Date"))])
+    {
+        assert!(date.is_some_and(is_imf_fixdate), "{status}: Date {date:?}");
+    }
+}
+
 #[test]
 fn dropping_the_server_ends_its_connections_and_event_streams() {
     let http = server(HttpOptions::default());

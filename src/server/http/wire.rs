@@ -24,6 +24,7 @@
 //! cannot know where the next request starts.
 
 use std::io::{self, BufRead, Read};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Bounds on what one request head may hold.
 #[derive(Clone, Copy, Debug)]
@@ -580,6 +581,7 @@ pub(super) fn response(
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(128 + body.len());
     out.extend_from_slice(format!("HTTP/1.1 {status} {}\r\n", reason(status)).as_bytes());
+    date_field(&mut out);
     for (name, value) in fields {
         out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
     }
@@ -601,6 +603,7 @@ pub(super) fn response(
 /// delimited by the end of the connection).
 pub(super) fn stream_head(fields: &[(&str, &str)], chunked: bool) -> Vec<u8> {
     let mut out = b"HTTP/1.1 200 OK\r\n".to_vec();
+    date_field(&mut out);
     if chunked {
         out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
     }
@@ -609,6 +612,42 @@ pub(super) fn stream_head(fields: &[(&str, &str)], chunked: bool) -> Vec<u8> {
     }
     out.extend_from_slice(b"\r\n");
     out
+}
+
+/// The `Date` field every final response carries: an origin server with a clock must send
+/// it in all 2xx, 3xx and 4xx responses (RFC 9110 §6.6.1), and may in 5xx ones.
+fn date_field(out: &mut Vec<u8>) {
+    out.extend_from_slice(format!("Date: {}\r\n", http_date(SystemTime::now())).as_bytes());
+}
+
+/// `at` as an HTTP-date in its preferred form, IMF-fixdate (RFC 9110 §5.6.7):
+/// `Sun, 06 Nov 1994 08:49:37 GMT`. Times before 1970 are written as 1970 began.
+fn http_date(at: SystemTime) -> String {
+    const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let secs = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, time) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (H. Hinnant's `civil_from_days`), in eras of
+    // 400 years that start on 0000-03-01.
+    let z = days + 719_468;
+    let (era, day_of_era) = (z / 146_097, z % 146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = (month_from_march + 2) % 12;
+    let year = era * 400 + year_of_era + u64::from(month < 2);
+    format!(
+        "{}, {day:02} {} {year:04} {:02}:{:02}:{:02} GMT",
+        WEEKDAYS[(days % 7) as usize],
+        MONTHS[month as usize],
+        time / 3_600,
+        time / 60 % 60,
+        time % 60,
+    )
 }
 
 /// One chunk of a chunked response; an empty `data` is the last chunk.
@@ -907,6 +946,24 @@ mod tests {
     }
 
     #[test]
+    fn dates_are_written_as_imf_fixdate() {
+        let at = |secs: u64| http_date(UNIX_EPOCH + std::time::Duration::from_secs(secs));
+        for (secs, date) in [
+            (0, "Thu, 01 Jan 1970 00:00:00 GMT"),
+            (784_111_777, "Sun, 06 Nov 1994 08:49:37 GMT"),
+            (951_782_400, "Tue, 29 Feb 2000 00:00:00 GMT"),
+            (1_709_251_199, "Thu, 29 Feb 2024 23:59:59 GMT"),
+            (4_107_542_400, "Mon, 01 Mar 2100 00:00:00 GMT"),
+        ] {
+            assert_eq!(at(secs), date, "{secs}");
+        }
+        assert_eq!(
+            http_date(UNIX_EPOCH - std::time::Duration::from_secs(1)),
+            "Thu, 01 Jan 1970 00:00:00 GMT"
+        );
+    }
+
+    #[test]
     fn responses_carry_their_length_and_chunks_their_size() {
         let r = response(
             200,
@@ -915,9 +972,17 @@ mod tests {
             false,
             true,
         );
+        let r = String::from_utf8(r).unwrap();
+        let (status_line, rest) = r.split_once("\r\n").unwrap();
+        assert_eq!(status_line, "HTTP/1.1 200 OK");
+        let (date, rest) = rest.split_once("\r\n").unwrap();
+        assert!(
+            date.starts_with("Date: ") && date.ends_with(" GMT"),
+            "{date}"
+        );
         assert_eq!(
-            String::from_utf8(r).unwrap(),
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\
+            rest,
+            "Content-Type: application/json\r\nContent-Length: 2\r\n\
              Connection: close\r\n\r\n{}"
         );
         let r = response(405, &[], b"abc", true, false);
