@@ -24,7 +24,7 @@
 //! cannot know where the next request starts.
 
 use std::io::{self, BufRead, Read};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Bounds on what one request head may hold.
 #[derive(Clone, Copy, Debug)]
@@ -621,32 +621,28 @@ fn date_field(out: &mut Vec<u8>) {
 }
 
 /// `at` as an HTTP-date in its preferred form, IMF-fixdate (RFC 9110 §5.6.7):
-/// `Sun, 06 Nov 1994 08:49:37 GMT`. Times before 1970 are written as 1970 began.
+/// `Sun, 06 Nov 1994 08:49:37 GMT`, from the RFC 3339 form humantime writes. Times before
+/// 1970 are written as 1970 began, and after 9999 as it ends.
 fn http_date(at: SystemTime) -> String {
     const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
-    let secs = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, time) = (secs / 86_400, secs % 86_400);
-    // Days since 1970-01-01 to a civil date (H. Hinnant's `civil_from_days`), in eras of
-    // 400 years that start on 0000-03-01.
-    let z = days + 719_468;
-    let (era, day_of_era) = (z / 146_097, z % 146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = (month_from_march + 2) % 12;
-    let year = era * 400 + year_of_era + u64::from(month < 2);
+    const LAST: u64 = 253_402_300_799; // 9999-12-31T23:59:59Z
+    let secs = at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs().min(LAST));
+    // `YYYY-MM-DDTHH:MM:SSZ`
+    let civil = humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs));
+    let civil = civil.to_string();
+    let month: usize = civil[5..7].parse().unwrap_or(1);
     format!(
-        "{}, {day:02} {} {year:04} {:02}:{:02}:{:02} GMT",
-        WEEKDAYS[(days % 7) as usize],
-        MONTHS[month as usize],
-        time / 3_600,
-        time / 60 % 60,
-        time % 60,
+        "{}, {} {} {} {} GMT",
+        WEEKDAYS[(secs / 86_400 % 7) as usize],
+        &civil[8..10],
+        MONTHS[month.clamp(1, 12) - 1],
+        &civil[0..4],
+        &civil[11..19],
     )
 }
 
@@ -961,6 +957,7 @@ mod tests {
             http_date(UNIX_EPOCH - std::time::Duration::from_secs(1)),
             "Thu, 01 Jan 1970 00:00:00 GMT"
         );
+        assert_eq!(at(u64::MAX / 2), "Fri, 31 Dec 9999 23:59:59 GMT");
     }
 
     #[test]
