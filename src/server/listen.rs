@@ -52,7 +52,9 @@ pub const MAX_LISTENS: usize = 1024;
 /// [`MAX_LISTENS`], and at most half of them. Each subscription holds a connection for as
 /// long as it runs, so without this subscriptions alone could take every connection (the
 /// default `max_connections` is [`MAX_LISTENS`]), and the server would turn away every
-/// other request, polls included, with 503; refused instead, a client only polls.
+/// other request, polls included, with 503; refused instead, a client only polls. (The
+/// HTTP transport also bounds subscriptions and sessions' `GET` streams together by half
+/// of its connections.)
 #[cfg(feature = "http")]
 pub(crate) fn listen_limit(max_connections: usize) -> usize {
     MAX_LISTENS.min(max_connections / 2)

@@ -1540,6 +1540,79 @@ fn try_listen(addr: SocketAddr, id: &str, task_ids: Value) -> Result<BufReader<T
     Err(serde_json::from_slice(&body).unwrap())
 }
 
+/// Opens session `session`'s `GET` event stream; returns the answer's head status, and the
+/// stream (its head read) when one opened.
+fn open_get_stream(addr: SocketAddr, session: &str) -> (u16, BufReader<TcpStream>) {
+    let stream = write_request(
+        addr,
+        "GET",
+        &[("Accept", "text/event-stream"), ("Mcp-Session-Id", session)],
+        b"",
+    );
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut reader = BufReader::new(stream);
+    let head = raw_http::read_head(&mut reader);
+    (head.status, reader)
+}
+
+/// Sessions' `GET` streams and task subscriptions together hold at most half of the
+/// server's connections: each keeps its connection for as long as it lasts (and a session
+/// with a stream is never ended for idleness), so without a shared bound clients that each
+/// open a stream (the official TypeScript client does, right after `initialize`) could
+/// take every connection, and every request would get 503. A session replacing its own
+/// stream is never refused, and a place freed is taken again.
+#[test]
+fn event_streams_of_every_kind_leave_half_the_connections_to_requests() {
+    let http = demo_http_server(HttpOptions {
+        max_connections: 6,
+        ..options()
+    })
+    .0;
+    let addr = http.local_addr();
+    let sessions: Vec<String> = (0..3).map(|_| initialize(addr)).collect();
+    let task = start_long_2026_task(addr);
+    // Three places: two sessions' streams and one subscription.
+    let mut streams: Vec<_> = sessions[..2]
+        .iter()
+        .map(|session| {
+            let (status, stream) = open_get_stream(addr, session);
+            assert_eq!(status, 200, "{session}");
+            stream
+        })
+        .collect();
+    let mut listen = open_listen(addr, "L0", json!([task]));
+    next_event(&mut listen);
+    // A fourth stream of either kind is refused; requests are served.
+    let (status, _) = open_get_stream(addr, &sessions[2]);
+    assert_eq!(status, 503);
+    let Err(refused) = try_listen(addr, "L1", json!([task])) else {
+        panic!("a subscription beyond the bound is served");
+    };
+    assert_eq!(refused["error"]["code"], -32603, "{refused}");
+    assert_eq!(ping_status(addr, &sessions[2]), 200);
+    // A session that replaces its stream keeps its place.
+    let (status, replacement) = open_get_stream(addr, &sessions[0]);
+    assert_eq!(status, 200, "a replacement is never refused");
+    streams[0] = replacement;
+    // The subscription ends with its task: its place goes to the waiting session.
+    cancel_2026_task(addr, &task);
+    let mut line = String::new();
+    while listen.read_line(&mut line).unwrap_or(0) > 0 {
+        line.clear();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, stream) = open_get_stream(addr, &sessions[2]);
+        if status == 200 {
+            streams.push(stream);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the place was never given back");
+    }
+}
+
 /// Each task subscription holds one of the server's connections for as long as it runs:
 /// at most half of `max_connections` may, so that however many clients subscribe, other
 /// requests (a poll, a call) still find a connection. One beyond is refused with a JSON

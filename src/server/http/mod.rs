@@ -47,6 +47,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -138,6 +139,61 @@ struct State {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     options: HttpOptions,
     stopping: Closer,
+    streams: StreamBudget,
+}
+
+/// The event streams open at once: 2025-11-25 sessions' `GET` streams and 2026-07-28 task
+/// subscriptions together. Each holds a connection for as long as it lasts and keeps it
+/// alive (keep-alives), and a session with a stream is never ended for idleness, so without
+/// a bound streams could take every connection and the server would answer every request
+/// (a poll, a cancel, a `DELETE`) with 503 until clients left. They may hold at most half
+/// of `max_connections`.
+struct StreamBudget {
+    open: AtomicUsize,
+    limit: usize,
+}
+
+impl StreamBudget {
+    fn new(max_connections: usize) -> StreamBudget {
+        StreamBudget {
+            open: AtomicUsize::new(0),
+            limit: max_connections / 2,
+        }
+    }
+
+    /// A place for a new stream, if one is free.
+    fn claim(&self) -> Option<StreamSlot<'_>> {
+        let claimed = self
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < self.limit).then_some(open + 1)
+            });
+        claimed.ok().map(|_| StreamSlot(&self.open))
+    }
+
+    /// A place for a stream that replaces one about to end (a session's new `GET` stream
+    /// ends its old one): taken whatever the count, which is over by one for a moment.
+    fn take(&self) -> StreamSlot<'_> {
+        self.open.fetch_add(1, Ordering::AcqRel);
+        StreamSlot(&self.open)
+    }
+}
+
+/// A stream's place in the [`StreamBudget`], given back when dropped.
+struct StreamSlot<'a>(&'a AtomicUsize);
+
+impl Drop for StreamSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The refusal of an event stream beyond the [`StreamBudget`].
+fn too_many_streams() -> RpcError {
+    RpcError::internal(
+        "too many event streams are open (they may hold at most half of the server's \
+         connections); try again later",
+    )
 }
 
 /// An HTTP answer before it is written.
@@ -199,6 +255,7 @@ impl HttpServer {
             stateless: server.connect_shared(unread, listen_limit(options.max_connections)),
             server,
             sessions: Mutex::new(HashMap::new()),
+            streams: StreamBudget::new(options.max_connections),
             options,
             stopping: Closer::new(),
         });

@@ -10,11 +10,13 @@ pub struct HttpOptions {
     /// Largest request body accepted, in bytes (default 4 MiB); larger ones get HTTP 413.
     pub max_body_bytes: usize,
     /// Client connections open at once (default 1024), each with a reader and a writer
-    /// thread, counted until its socket closes; one more gets HTTP 503 and is closed. Task
-    /// subscriptions (`subscriptions/listen`), each of which holds a connection while it
-    /// runs, may take at most half of them (and
-    /// [`MAX_LISTENS`](crate::server::MAX_LISTENS)); one more is refused (-32603), so other
-    /// requests always find a connection.
+    /// thread, counted until its socket closes; one more gets HTTP 503 and is closed. Event
+    /// streams, each of which holds a connection while it lasts (2025-11-25 sessions' `GET`
+    /// streams and 2026-07-28 task subscriptions, at most
+    /// [`MAX_LISTENS`](crate::server::MAX_LISTENS) of those), may take at most half of
+    /// them together; one more is refused (a `GET` with 503, a `subscriptions/listen` with
+    /// -32603; a session replacing its own stream never is), so other requests always find
+    /// a connection.
     pub max_connections: usize,
     /// A request must arrive whole (head and body) within this of its first byte, else it
     /// gets HTTP 408 and the connection closes (default 30 s). A body behind `Expect:

@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::outbox::{EventStream, Responder};
 use super::replay::Replay;
 use super::wire::Head;
-use super::{dispatch, respond, Answer, Closer, State, KEEP_ALIVE};
+use super::{dispatch, respond, too_many_streams, Answer, Closer, State, KEEP_ALIVE};
 use crate::model::{SessionId, TaskId};
 use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::server::Connection;
@@ -399,6 +399,17 @@ pub(super) fn get(state: &Arc<State>, head: &Head, responder: Responder) {
             };
             return respond(responder, answer);
         }
+    };
+    // A session's first stream needs a place among the server's streams; one that
+    // replaces the session's current stream (which ends) takes that one's place.
+    let replacing = session.stream.lock().is_some();
+    let slot = match replacing {
+        true => Some(state.streams.take()),
+        false => state.streams.claim(),
+    };
+    let Some(_slot) = slot else {
+        drop(activity);
+        return respond(responder, Answer::error(503, too_many_streams()));
     };
     // Streams rank by when their GET arrived, not by when they started (two can start in
     // either order): a client that opened a new one after the old one's head reached it

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::outbox::Responder;
 use super::wire::Head;
-use super::{dispatch, respond, Answer, State, KEEP_ALIVE};
+use super::{dispatch, respond, too_many_streams, Answer, State, KEEP_ALIVE};
 use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::protocol::{header_value, sep2663};
 use crate::server::listen::{stream_queue, Ending, Sink, STREAM_QUEUE, STREAM_QUEUE_BYTES};
@@ -101,6 +101,11 @@ fn listen(state: &Arc<State>, head: &Head, responder: Responder, request: jsonrp
             RpcError::invalid_request("subscriptions/listen answers with text/event-stream");
         return respond(responder, Answer::error(406, error));
     }
+    let Some(_slot) = state.streams.claim() else {
+        state.stateless.close_listen(key, Ending::Silent);
+        let response = jsonrpc::error_response(Some(&id), &too_many_streams());
+        return respond(responder, Answer::json(status_of(&response), response));
+    };
     let fields = [
         ("Content-Type", "text/event-stream"),
         ("Cache-Control", "no-cache"),
