@@ -162,6 +162,13 @@ impl Harness {
         Harness::with_store(None, 100)
     }
 
+    /// Connects anew with an outgoing queue of `capacity` messages, as transports have.
+    fn bounded_outgoing(&mut self, capacity: usize) {
+        let (tx, outgoing) = crossbeam_channel::bounded(capacity);
+        self.connection = self.server.connect(tx, None);
+        self.outgoing = outgoing;
+    }
+
     /// Sends raw text; returns the response (waiting for asynchronous answers).
     fn send_text(&self, text: &str) -> Value {
         let responses = self.responses.0.clone();
@@ -866,6 +873,37 @@ fn status_changes_are_notified() {
     assert_eq!(notification["params"]["taskId"], id.as_str());
     assert_eq!(notification["params"]["status"], "completed");
     assert!(notification["params"].get("ttl").is_some());
+}
+
+/// Status notifications take at most half of a connection's outgoing queue: a task that
+/// reports many changes while the client reads nothing (an HTTP session between two `GET`
+/// streams) never leaves a tool's request to the client without room.
+#[test]
+fn status_notifications_leave_room_for_requests_to_the_client() {
+    let mut h = Harness::new();
+    h.bounded_outgoing(8);
+    h.initialize(json!({"elicitation": {}}));
+    let store = h.server.store();
+    let events = store.subscribe().unwrap();
+    let chatty = h.start("sleep", json!({"ms": 60000}));
+    let chatty = mcp_task_store::TaskId::parse(&chatty).unwrap();
+    for n in 0..20 {
+        let message = Some(format!("step {n}"));
+        store
+            .update_status(chatty, None, mcp_task_store::TaskStatus::Working, message)
+            .unwrap();
+    }
+    for event in events.try_iter() {
+        h.connection.handle_store_event(&event);
+    }
+    assert!(h.outgoing.len() <= 4, "{} queued", h.outgoing.len());
+    let asking = h.start("ask", json!({"question": "?"}));
+    let elicitation = h.next_outgoing("elicitation/create");
+    assert_eq!(
+        elicitation["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        asking.as_str()
+    );
+    store.cancel(chatty, None, None).unwrap();
 }
 
 #[test]

@@ -432,7 +432,7 @@ impl Connection {
                     false
                 }
             };
-            if ours {
+            if ours && room_for_optional(&self.outgoing) {
                 // Notifications are optional: never block on a client that does not read.
                 let _ = self.outgoing.try_send(v2025::status_notification(task));
             }
@@ -521,6 +521,17 @@ impl Connection {
             capabilities.get(capability).is_some_and(is_declared)
         })
     }
+}
+
+/// Whether an optional message (a status notification) may be queued for the client:
+/// only while the queue is less than half full. The rest stays for what may not be lost:
+/// a tool's request to the client (an elicitation it waits on) and, over stdio, answers.
+/// A task reporting many changes while its client reads nothing (an HTTP session between
+/// two `GET` streams) would otherwise fill it, and the next elicitation would fail.
+fn room_for_optional(outgoing: &Sender<Value>) -> bool {
+    outgoing
+        .capacity()
+        .is_none_or(|capacity| outgoing.len() < capacity / 2)
 }
 
 /// The one answer a request gets. If it is dropped unanswered (a refused job, a panic, a
