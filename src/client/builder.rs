@@ -185,7 +185,9 @@ impl ClientBuilder {
     /// A server may only ask for input its client declared: a SEP-2663 server refuses a
     /// call whose tool would ask for undeclared input with -32021, and a 2025-11-25 tool
     /// gets an error instead of asking. A handler registered for the same capability
-    /// declares it with its own settings.
+    /// declares it with its own settings. On 2025-11-25 the server asks by a request,
+    /// which only a handler can answer: one for a capability declared without a handler
+    /// gets -32601, so register `on_elicitation`, `on_sampling` or `on_roots` there.
     pub fn declare(mut self, name: impl Into<String>, value: Value) -> Self {
         self.config.declared.insert(name.into(), value);
         self

@@ -438,6 +438,18 @@ impl Inner {
         let session = response.header("Mcp-Session-Id").map(str::to_owned);
         let answer =
             read_response(response, &renewal_id).map_err(|e| self.io_error_after(e, limit))?;
+        // The new session must speak the version this client asked for, as the first did
+        // (the handshake refuses any other): it would not understand what follows.
+        let asked = &initialize["params"]["protocolVersion"];
+        if let Ok(result) = &answer.outcome {
+            let settled = result.get("protocolVersion").unwrap_or(&Value::Null);
+            if settled != asked {
+                return Err(ClientError::Protocol(format!(
+                    "the server renewed the forgotten session {stale} on protocol version \
+                     {settled}, not {asked}"
+                )));
+            }
+        }
         self.note_version(&answer);
         if let Err(error) = answer.outcome {
             return Err(ClientError::Rpc(error));

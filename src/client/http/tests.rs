@@ -671,6 +671,59 @@ fn a_forgotten_session_is_renewed_and_the_request_sent_again() {
     );
 }
 
+/// A renewed session must settle on the version the client asked for, as the first one
+/// had to: a server that came back speaking another gets no request in it.
+#[test]
+fn a_session_renewed_on_another_protocol_version_is_refused() {
+    let sessions = Arc::new(AtomicUsize::new(0));
+    let opened = sessions.clone();
+    let server = fake_server(move |request| {
+        let id = &request.body["id"];
+        match (request.method(), request.rpc_method()) {
+            ("GET", _) => Some(empty_reply("405 Method Not Allowed")),
+            ("DELETE", _) => Some(empty_reply("200 OK")),
+            (_, Some("initialize")) if opened.fetch_add(1, Ordering::SeqCst) == 0 => {
+                Some(initialized(request, "s1"))
+            }
+            (_, Some("initialize")) => Some(json_reply(
+                "200 OK",
+                &json!({"jsonrpc": "2.0", "id": id, "result": {
+                    "protocolVersion": "2025-06-18", "capabilities": {},
+                    "serverInfo": {"name": "fake", "version": "1"}}}),
+                "Mcp-Session-Id: s2\r\n",
+            )),
+            (_, Some("notifications/initialized")) => Some(empty_reply("202 Accepted")),
+            _ if request.body["params"]["second"] == true => Some(json_reply(
+                "404 Not Found",
+                &json!({"jsonrpc": "2.0", "id": null,
+                        "error": {"code": -32001, "message": "session not found"}}),
+                "",
+            )),
+            _ => Some(json_reply(
+                "200 OK",
+                &json!({"jsonrpc": "2.0", "id": id, "result": {}}),
+                "",
+            )),
+        }
+    });
+    let client = Client::builder().connect_http(&server.url).unwrap();
+    client.request("ping", json!({})).unwrap();
+    let error = client
+        .request("ping", json!({"second": true}))
+        .expect_err("no request in a session on another version");
+    assert!(
+        matches!(&error, ClientError::Protocol(why) if why.contains("2025-06-18")),
+        "{error:?}"
+    );
+    drop(client);
+    let seen: Vec<Seen> = server.seen.try_iter().collect();
+    let in_s2 = seen
+        .iter()
+        .filter(|r| r.header("Mcp-Session-Id") == Some("s2"))
+        .count();
+    assert_eq!(in_s2, 0, "nothing went to the new session");
+}
+
 #[test]
 fn requests_racing_a_session_renewal_all_land_in_the_new_session() {
     // After `forget` the server knows no session; the next initialize opens s2. A
