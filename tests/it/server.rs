@@ -906,6 +906,45 @@ fn status_notifications_leave_room_for_requests_to_the_client() {
     store.cancel(chatty, None, None).unwrap();
 }
 
+/// A status dropped for lack of room is not taken as sent: the catch-up after lost store
+/// events sends it if it still stands.
+#[test]
+fn a_status_dropped_for_lack_of_room_is_sent_by_the_next_catch_up() {
+    let mut h = Harness::new();
+    h.bounded_outgoing(4);
+    h.initialize(json!({}));
+    let store = h.server.store();
+    let events = store.subscribe().unwrap();
+    let ids: Vec<_> = (0..2)
+        .map(|_| {
+            let id = h.start("sleep", json!({"ms": 60000}));
+            mcp_task_store::TaskId::parse(&id).unwrap()
+        })
+        .collect();
+    use mcp_task_store::TaskStatus::{InputRequired, Working};
+    // Two notifications fill the half of the queue they may take; the third is dropped.
+    for (id, status) in [
+        (ids[0], InputRequired),
+        (ids[1], InputRequired),
+        (ids[0], Working),
+    ] {
+        store.update_status(id, None, status, None).unwrap();
+    }
+    for event in events.try_iter() {
+        h.connection.handle_store_event(&event);
+    }
+    let queued: Vec<Value> = h.outgoing.try_iter().collect();
+    assert_eq!(queued.len(), 2, "{queued:#?}");
+    h.connection
+        .handle_store_event(&StoreEvent::Lagged { missed: 1 });
+    let caught_up = h.next_outgoing("notifications/tasks/status");
+    assert_eq!(caught_up["params"]["taskId"], ids[0].to_string());
+    assert_eq!(caught_up["params"]["status"], "working");
+    for id in ids {
+        store.cancel(id, None, None).unwrap();
+    }
+}
+
 #[test]
 fn a_task_that_ends_before_the_server_follows_it_is_notified_all_the_same() {
     // The store cancels the task as soon as it exists, before the server starts to follow

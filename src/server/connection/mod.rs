@@ -425,16 +425,22 @@ impl Connection {
                 let mut notified = self.notified.lock();
                 if ended {
                     notified.remove(&task_id).is_some()
-                } else if let Some(last) = notified.get_mut(&task_id) {
-                    *last = task.status;
-                    true
                 } else {
-                    false
+                    notified.contains_key(&task_id)
                 }
             };
-            if ours && room_for_optional(&self.outgoing) {
-                // Notifications are optional: never block on a client that does not read.
-                let _ = self.outgoing.try_send(v2025::status_notification(task));
+            // Notifications are optional: never block on a client that does not read.
+            let sent = ours
+                && room_for_optional(&self.outgoing)
+                && (self.outgoing)
+                    .try_send(v2025::status_notification(task))
+                    .is_ok();
+            // A status is remembered as sent only once it is queued: one dropped for lack
+            // of room is sent by the next catch-up (after lost events) if it still stands.
+            if sent && !ended {
+                if let Some(last) = self.notified.lock().get_mut(&task_id) {
+                    *last = task.status;
+                }
             }
             if !ended {
                 return;
