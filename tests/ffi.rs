@@ -1196,3 +1196,44 @@ fn readme_names_every_function() {
         );
     }
 }
+
+/// A field given twice is refused, in the configuration and in a request: a JSON object
+/// with duplicate names means different things to different readers, and taking the last
+/// one silently (a `max_tasks` limit undone by a later `null`, say) hides the mistake.
+#[test]
+fn a_field_given_twice_is_refused() {
+    let configs = [
+        r#"{"max_tasks": 10, "max_tasks": null}"#,
+        r#"{"expiry": {"policy": "fail", "grace": "1s", "grace": "2s"}}"#,
+        r#"{"journal": {"dir": "a", "dir": "b"}}"#,
+    ];
+    for config in configs {
+        let mut store: *mut mcpts_store = ptr::null_mut();
+        // SAFETY: the config is a live buffer; the out-param is a live local.
+        let code = unsafe { mcpts_store_new(config.as_ptr(), config.len(), &mut store) };
+        assert_eq!(
+            code,
+            mcpts_result::InvalidConfig,
+            "{config}: {}",
+            last_error()
+        );
+        assert!(
+            last_error().contains("duplicate field"),
+            "{config}: {}",
+            last_error()
+        );
+        assert!(store.is_null());
+    }
+    let f = Fixture::new();
+    let request = br#"{"ttl": 1000, "ttl": 2000}"#;
+    let mut task: *mut mcpts_bytes = ptr::null_mut();
+    // SAFETY: the handle is live; the request is a live buffer; `task` is a live local.
+    let code = unsafe { mcpts_handle_create(f.handle, request.as_ptr(), request.len(), &mut task) };
+    assert_eq!(code, mcpts_result::InvalidArgument, "{}", last_error());
+    assert!(
+        last_error().contains("duplicate field `ttl`"),
+        "{}",
+        last_error()
+    );
+    assert!(task.is_null());
+}

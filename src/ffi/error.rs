@@ -143,8 +143,8 @@ impl Error {
 }
 
 /// Parses a JSON object into `T`. Syntax errors give `InvalidJson`; anything but an object
-/// (serde would otherwise accept an array for a struct), or an object of the wrong shape,
-/// gives `shape_code`.
+/// (serde would otherwise accept an array for a struct), or an object of the wrong shape
+/// (a field given twice included), gives `shape_code`.
 pub(crate) fn parse_object<T: serde::de::DeserializeOwned>(
     json: &[u8],
     what: &str,
@@ -158,7 +158,9 @@ pub(crate) fn parse_object<T: serde::de::DeserializeOwned>(
             format!("invalid {what}: expected a JSON object"),
         ));
     }
-    serde_json::from_value(value).map_err(|e| Error::json(what, e, shape_code))
+    // From the text, not from `value`: a `Value` keeps only the last of two equal names,
+    // so a field given twice would be taken silently instead of refused.
+    serde_json::from_slice(json).map_err(|e| Error::json(what, e, shape_code))
 }
 
 /// The one mapping from store errors to C result codes.
