@@ -414,6 +414,8 @@ fn a_journal_configuration_is_checked() {
             "unknown field `fsync`",
         ),
         (r#"{"journal": "x"}"#, "expected a journal object"),
+        // No path holds a NUL: the directory can never be opened, whatever is on disk.
+        (r#"{"journal": {"dir": "tasks\u0000x"}}"#, "journal.dir"),
     ];
     for (config, needle) in refused {
         let mut store: *mut mcpts_store = ptr::null_mut();

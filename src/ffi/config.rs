@@ -117,6 +117,14 @@ impl RawJournal {
                 reason: "must name a directory".into(),
             });
         }
+        // JSON can spell a NUL (`\u0000`), no path can hold one: opening it would fail as
+        // a journal error, as if the disk were at fault.
+        if self.dir.contains('\0') {
+            return Err(StoreError::InvalidConfig {
+                field: "journal.dir",
+                reason: "must not contain a NUL character".into(),
+            });
+        }
         let defaults = JournalConfig::new(self.dir);
         Ok(JournalConfig {
             durability: self
