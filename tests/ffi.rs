@@ -1239,3 +1239,32 @@ fn a_field_given_twice_is_refused() {
     );
     assert!(task.is_null());
 }
+
+/// JSON nested past serde_json's limit (128 levels) is well-formed: it is refused as a
+/// wrong shape (`INVALID_ARGUMENT`, `INVALID_CONFIG`), not as `INVALID_JSON`, which says
+/// the text has a syntax error.
+#[test]
+fn json_nested_too_deep_is_not_a_syntax_error() {
+    let deep = |levels: usize| format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+    let f = Fixture::new();
+    let request = format!(r#"{{"origin": {}}}"#, deep(150));
+    let mut task: *mut mcpts_bytes = ptr::null_mut();
+    // SAFETY: the handle is live; the request is a live buffer; `task` is a live local.
+    let code = unsafe { mcpts_handle_create(f.handle, request.as_ptr(), request.len(), &mut task) };
+    assert_eq!(code, mcpts_result::InvalidArgument, "{}", last_error());
+    assert!(last_error().contains("recursion limit"), "{}", last_error());
+    assert!(task.is_null());
+
+    let config = format!(r#"{{"expiry": {}}}"#, deep(150));
+    let mut store: *mut mcpts_store = ptr::null_mut();
+    // SAFETY: the config is a live buffer; the out-param is a live local.
+    let code = unsafe { mcpts_store_new(config.as_ptr(), config.len(), &mut store) };
+    assert_eq!(code, mcpts_result::InvalidConfig, "{}", last_error());
+    assert!(store.is_null());
+
+    // A syntax error is still one, however deep it sits.
+    let broken = format!(r#"{{"origin": {}"#, deep(10));
+    // SAFETY: as above.
+    let code = unsafe { mcpts_handle_create(f.handle, broken.as_ptr(), broken.len(), &mut task) };
+    assert_eq!(code, mcpts_result::InvalidJson, "{}", last_error());
+}

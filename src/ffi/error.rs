@@ -135,6 +135,11 @@ impl Error {
     fn json(what: &str, err: serde_json::Error, shape_code: mcpts_result) -> Error {
         use serde_json::error::Category;
         let code = match err.classify() {
+            // serde_json calls nesting past its limit (128 levels) a syntax error, and stops
+            // reading there: the text may well be well-formed, and is refused for its shape.
+            Category::Syntax if err.to_string().starts_with("recursion limit exceeded") => {
+                shape_code
+            }
             Category::Syntax | Category::Eof | Category::Io => mcpts_result::InvalidJson,
             Category::Data => shape_code,
         };
