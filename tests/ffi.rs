@@ -1268,3 +1268,23 @@ fn json_nested_too_deep_is_not_a_syntax_error() {
     let code = unsafe { mcpts_handle_create(f.handle, broken.as_ptr(), broken.len(), &mut task) };
     assert_eq!(code, mcpts_result::InvalidJson, "{}", last_error());
 }
+
+/// `null` means "not set" for every field of the configuration, as `mcpts_store_new`
+/// says: the expiry's `grace` and the journal's optional fields too.
+#[test]
+fn null_is_the_default_for_nested_fields_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = [
+        r#"{"expiry": {"policy": "fail", "grace": null}}"#.to_owned(),
+        r#"{"expiry": {"policy": "remove", "grace": null}}"#.to_owned(),
+        serde_json::json!({"journal": {
+            "dir": dir.path(), "durability": null, "recovery": null, "salvage": null,
+            "compact_ratio": null, "compact_min_bytes": null,
+        }})
+        .to_string(),
+    ];
+    for config in configs {
+        let f = Fixture::with_config(&config);
+        f.create();
+    }
+}

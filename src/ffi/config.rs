@@ -240,7 +240,8 @@ impl<'de> Deserialize<'de> for JsonExpiry {
 
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<JsonExpiry, A::Error> {
                 let mut name: Option<String> = None;
-                let mut grace: Option<JsonDuration> = None;
+                // `Some(None)`: given as `null`, which means "not set" here as anywhere.
+                let mut grace: Option<Option<JsonDuration>> = None;
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "policy" if name.is_none() => name = Some(map.next_value()?),
@@ -252,7 +253,7 @@ impl<'de> Deserialize<'de> for JsonExpiry {
                     }
                 }
                 let name = name.ok_or_else(|| de::Error::missing_field("policy"))?;
-                policy(&name, grace.map(|g| g.0))
+                policy(&name, grace.flatten().map(|g| g.0))
             }
         }
 
