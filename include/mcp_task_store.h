@@ -333,7 +333,11 @@ mcpts_result mcpts_store_new(const uint8_t *config_json, size_t config_len, mcpt
  *
  * In a child forked from the process that created the store, this returns at once and
  * releases nothing: the owner thread lives only in that parent (see the module's Threads
- * section). The parent's store is unaffected and must still be freed there.
+ * section). The parent's store is unaffected and must still be freed there. With a
+ * journal, the child's copy keeps holding the lock on the journal's directory (the lock
+ * belongs to the open file, which `fork()` shares with the child): until the child exits
+ * or calls `exec`, a new store on that directory, in the parent too once its store is
+ * freed, is refused with `MCPTS_RESULT_JOURNAL` ("in use").
  *
  * Thread safety: any thread, but it blocks until the owner thread has exited, and no other
  * thread may use this `store` pointer at the same time (handles are fine).
