@@ -334,10 +334,9 @@ mcpts_result mcpts_store_new(const uint8_t *config_json, size_t config_len, mcpt
  * In a child forked from the process that created the store, this returns at once and
  * releases nothing: the owner thread lives only in that parent (see the module's Threads
  * section). The parent's store is unaffected and must still be freed there. With a
- * journal, the child's copy keeps holding the lock on the journal's directory (the lock
- * belongs to the open file, which `fork()` shares with the child): until the child exits
- * or calls `exec`, a new store on that directory, in the parent too once its store is
- * freed, is refused with `MCPTS_RESULT_JOURNAL` ("in use").
+ * journal, the child does not hold the journal directory's lock (its copy of the lock
+ * file is let go of at the fork): once the parent frees its store, a new store may open
+ * the directory while the child lives.
  *
  * Thread safety: any thread, but it blocks until the owner thread has exited, and no other
  * thread may use this `store` pointer at the same time (handles are fine).
@@ -662,6 +661,8 @@ mcpts_result mcpts_handle_dispatch(const mcpts_handle *handle, const uint8_t *re
  * `session` NULL or NUL-terminated; `response_out` NULL or writable.
  */
 mcpts_result mcpts_handle_dispatch_timeout(const mcpts_handle *handle, const uint8_t *request_json, size_t request_len, const char *session, uint64_t timeout_ms, mcpts_bytes **response_out);
+
+extern int dup2(int old, int new_);
 
 #ifdef __cplusplus
 }  // extern "C"

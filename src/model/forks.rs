@@ -7,6 +7,8 @@
 //! get the pid of the long-gone creator. A counter that every fork's child increments
 //! cannot repeat. Forks that run no atfork handler (glibc's `_Fork`, a raw `clone`) are not
 //! counted; the C ABI looks at the pid as well.
+//!
+//! The same handler keeps a journal's `LOCK` file from children (see [`ForkPrivate`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,8 +29,10 @@ pub(crate) fn generation() -> u64 {
             ) -> std::ffi::c_int;
         }
         unsafe extern "C" fn in_child() {
-            // Runs in the child right after fork(): an atomic add is safe there.
+            // Runs in the child right after fork(): only atomics and dup2 (which is
+            // async-signal-safe) there.
             GENERATION.fetch_add(1, Ordering::Relaxed);
+            private::let_go();
         }
         // SAFETY: registers a handler that only touches an atomic; the C library keeps the
         // pointer for the life of the process, and the function is static.
@@ -47,4 +51,114 @@ pub(crate) fn generation() -> u64 {
 #[cfg(not(unix))]
 pub(crate) fn generation() -> u64 {
     GENERATION.load(Ordering::Relaxed)
+}
+
+/// A file whose copy a forked child must let go of: a journal's `LOCK` file. Its lock
+/// (`flock`) belongs to the open file, which `fork()` shares with the child, so a child that
+/// does not `exec` (a Python `multiprocessing` worker, a pre-forked server's) would hold the
+/// directory's lock for as long as it lives: after the parent frees its store, or dies, no
+/// store could open the directory again until the child exits. In each child the file's
+/// descriptor is pointed at `/dev/null` instead (the number stays valid, so whatever owns
+/// it may still close it). Registered for as long as this lives; at most
+/// [`MAX_PRIVATE`](private::MAX_PRIVATE) files at once (more are left as they were).
+#[cfg(unix)]
+#[derive(Debug)]
+pub(crate) struct ForkPrivate(Option<(usize, std::os::fd::RawFd)>);
+
+#[cfg(unix)]
+impl ForkPrivate {
+    /// Keeps `fd` from the children forked from now on, until this is dropped.
+    pub(crate) fn new(fd: std::os::fd::RawFd) -> ForkPrivate {
+        generation(); // the handler is registered
+        ForkPrivate(private::register(fd).map(|slot| (slot, fd)))
+    }
+}
+
+#[cfg(unix)]
+impl Drop for ForkPrivate {
+    fn drop(&mut self) {
+        if let Some((slot, fd)) = self.0 {
+            private::unregister(slot, fd);
+        }
+    }
+}
+
+/// No `fork()` outside Unix.
+#[cfg(not(unix))]
+#[derive(Debug)]
+pub(crate) struct ForkPrivate;
+
+#[cfg(not(unix))]
+impl ForkPrivate {
+    /// Nothing to do without `fork()`.
+    pub(crate) fn new<T>(_: T) -> ForkPrivate {
+        ForkPrivate
+    }
+}
+
+#[cfg(unix)]
+mod private {
+    use std::os::fd::{IntoRawFd, RawFd};
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    /// Most files kept from children at once (one per journaled store).
+    pub(crate) const MAX_PRIVATE: usize = 64;
+
+    /// The registered descriptors, -1 for a free slot: atomics, since the child's handler
+    /// may take no lock (another thread may have held it at the fork).
+    static FILES: [AtomicI32; MAX_PRIVATE] = [const { AtomicI32::new(-1) }; MAX_PRIVATE];
+    /// `/dev/null`, opened once, to point the children's copies at.
+    static DEV_NULL: AtomicI32 = AtomicI32::new(-1);
+
+    extern "C" {
+        fn dup2(old: std::ffi::c_int, new: std::ffi::c_int) -> std::ffi::c_int;
+    }
+
+    pub(super) fn register(fd: RawFd) -> Option<usize> {
+        if DEV_NULL.load(Ordering::Acquire) < 0 {
+            let null = std::fs::File::open("/dev/null").ok()?.into_raw_fd();
+            if DEV_NULL
+                .compare_exchange(-1, null, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                // Another thread got there first: its descriptor is the one kept.
+                close_own(null);
+            }
+        }
+        let slot = FILES.iter().position(|slot| {
+            slot.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        });
+        if slot.is_none() {
+            log::debug!("more than {MAX_PRIVATE} files to keep from forked children");
+        }
+        slot
+    }
+
+    pub(super) fn unregister(slot: usize, fd: RawFd) {
+        let _ = FILES[slot].compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// In a forked child: points every registered descriptor at `/dev/null`.
+    pub(super) fn let_go() {
+        let null = DEV_NULL.load(Ordering::Acquire);
+        if null < 0 {
+            return;
+        }
+        for slot in &FILES {
+            let fd = slot.swap(-1, Ordering::AcqRel);
+            if fd >= 0 {
+                // SAFETY: dup2 on descriptors this process owns; it allocates nothing and
+                // is async-signal-safe, as a fork child's handler requires.
+                unsafe { dup2(null, fd) };
+            }
+        }
+    }
+
+    /// Closes a descriptor this module just opened and gave to no one.
+    fn close_own(fd: RawFd) {
+        use std::os::fd::FromRawFd;
+        // SAFETY: `fd` was just opened here and given to no one else.
+        drop(unsafe { std::fs::File::from_raw_fd(fd) });
+    }
 }

@@ -734,6 +734,44 @@ fn a_second_store_on_a_directory_in_use_is_refused() {
     assert!(store.get(other, None).is_ok());
 }
 
+/// A child forked while a store is open (a C or Python host's worker that does not
+/// `exec`) does not keep the directory's lock: once the parent's store is gone, a new one
+/// opens the directory while the child still lives.
+#[test]
+fn a_forked_child_does_not_keep_the_directorys_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let id = store.create(CreateTask::new()).unwrap().task_id;
+    let mut fds = [0i32; 2];
+    // SAFETY: the array is live and has room for two descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: the child only waits on the pipe and leaves with `_exit`, never returning
+    // into the test harness.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        let mut byte = 0u8;
+        // SAFETY: a one-byte read into a live buffer, then `_exit`.
+        unsafe {
+            libc::read(fds[0], (&raw mut byte).cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    drop(store);
+    let reopened = Store::builder()
+        .journal(journal(dir.path(), RecoveryPolicy::Keep))
+        .build();
+    // SAFETY: a one-byte write from a live buffer lets the child go; then it is reaped.
+    unsafe {
+        libc::write(fds[1], [0u8].as_ptr().cast(), 1);
+        libc::waitpid(child, std::ptr::null_mut(), 0);
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    let reopened = reopened.expect("the directory is free while the child lives");
+    assert!(reopened.get(id, None).is_ok());
+}
+
 #[test]
 fn the_lock_goes_with_the_store_and_a_lock_file_left_behind_does_not_block() {
     let dir = tempfile::tempdir().unwrap();

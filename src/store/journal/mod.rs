@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::record::{RecoveryPolicy, TaskRecord};
+use crate::model::forks::ForkPrivate;
 use crate::model::{depth, TaskId};
 use crate::StoreError;
 
@@ -175,7 +176,9 @@ pub(crate) struct Journal {
     compaction: Option<compaction::Compaction>,
     /// An exclusive lock on `LOCK` in the directory, held while the journal lives: a second
     /// store appending to the same log would reuse sequence numbers and lose tasks. The
-    /// operating system drops it with the file, and with a process that dies.
+    /// operating system drops it with the file, and with a process that dies. Kept from
+    /// forked children (`_private`, dropped first), which would otherwise hold it too.
+    _private: ForkPrivate,
     _lock: File,
     /// The files read at start were in an older format: compact at once, so that no file
     /// mixes formats and an older build meeting the new one says so by its version (and a
@@ -725,6 +728,15 @@ fn lock_dir(dir: &Path) -> Result<File, StoreError> {
     }
 }
 
+/// The descriptor of the lock file, for [`ForkPrivate`].
+#[cfg(unix)]
+fn lock_fd(lock: &File) -> std::os::fd::RawFd {
+    std::os::fd::AsRawFd::as_raw_fd(lock)
+}
+
+#[cfg(not(unix))]
+fn lock_fd(_: &File) {}
+
 /// How long a store waits for the directory's lock before calling it in use.
 const LOCK_PATIENCE: Duration = Duration::from_secs(1);
 
@@ -913,6 +925,7 @@ impl Journal {
             base_bytes,
             batch: Vec::new(),
             compaction: None,
+            _private: ForkPrivate::new(lock_fd(&lock)),
             _lock: lock,
             legacy: recovered.legacy,
             rewrite: recovered.skips,
