@@ -2,7 +2,7 @@
 # Runs the whole store comparison and prints `RESULT <implementation> <workload> <value>
 # <unit>` lines, then the ratios and the targets (see bench/README.md).
 #
-#   bench/compare.sh            # build, install, run everything (about 8-10 minutes)
+#   bench/compare.sh            # build, install, run everything (about 9-10 minutes)
 #
 # Builds in release mode (our example and server, the separate rmcp project), installs
 # node dependencies from the lockfiles and the Python venv from pinned requirements, runs

@@ -1,6 +1,6 @@
 //! The server's JSON-RPC handling on arbitrary lines, fed to a connection as the stdio
 //! transport feeds it (`Connection::handle_text`), with the store's events pumped in as
-//! stdio does. Nothing may panic or hang, and each message gets what SPEC.md says:
+//! stdio does. Nothing may panic or hang, and each message gets what JSON-RPC and MCP say:
 //! - a request (an object with `"jsonrpc": "2.0"`, a string or integer id, a string
 //!   method, object or absent params) exactly one response carrying its id, or none only
 //!   when a `notifications/cancelled` in the input named its id;

@@ -58,8 +58,9 @@ Server settings:
                                    use the server through CORS; repeat for more [default:
                                    none; other loopback pages get no CORS, other origins
                                    are refused with 403]
-    --max-connections N            with --http: client connections open at once; task
-                                   subscriptions take at most half [default: 1024]
+    --max-connections N            with --http: client connections open at once; event
+                                   streams (sessions' GET streams and task subscriptions)
+                                   take at most half [default: 1024]
     --max-sessions N               with --http: 2025-11-25 sessions open at once
                                    [default: 1024]
     --session-idle-timeout DURATION
