@@ -34,8 +34,8 @@ pub(crate) fn generation() -> u64 {
             GENERATION.fetch_add(1, Ordering::Relaxed);
             private::let_go();
         }
-        // SAFETY: registers a handler that only touches an atomic; the C library keeps the
-        // pointer for the life of the process, and the function is static.
+        // SAFETY: registers a handler that only touches atomics and calls dup2; the C
+        // library keeps the pointer for the life of the process, and the function is static.
         let failed = unsafe { pthread_atfork(None, None, Some(in_child)) } != 0;
         if failed {
             log::error!(
