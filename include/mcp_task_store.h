@@ -662,8 +662,6 @@ mcpts_result mcpts_handle_dispatch(const mcpts_handle *handle, const uint8_t *re
  */
 mcpts_result mcpts_handle_dispatch_timeout(const mcpts_handle *handle, const uint8_t *request_json, size_t request_len, const char *session, uint64_t timeout_ms, mcpts_bytes **response_out);
 
-extern int dup2(int old, int new_);
-
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -1199,6 +1199,26 @@ fn readme_names_every_function() {
     }
 }
 
+/// The header declares the crate's C API and nothing else: a declaration of a C library
+/// function there (cbindgen copies any `extern "C"` block it finds at module level) would
+/// clash with the system's own in C++ (`dup2` is `noexcept` in glibc's `<unistd.h>`), so a
+/// C++ host including this header before `<unistd.h>` would not compile.
+#[test]
+fn the_header_declares_no_foreign_function() {
+    let header = std::fs::read_to_string(manifest_dir().join("include/mcp_task_store.h")).unwrap();
+    let foreign: Vec<&str> = header
+        .lines()
+        .filter(|line| !line.starts_with(' ') && !line.starts_with('#') && !line.starts_with('*'))
+        .filter(|line| line.contains('(') && !line.starts_with("typedef"))
+        .filter(|line| {
+            let head = line.split_once('(').map_or("", |(head, _)| head);
+            let name = head.rsplit([' ', '*']).next().unwrap_or("");
+            !name.starts_with("mcpts_")
+        })
+        .collect();
+    assert!(foreign.is_empty(), "declared in the header: {foreign:?}");
+}
+
 /// A field given twice is refused, in the configuration and in a request: a JSON object
 /// with duplicate names means different things to different readers, and taking the last
 /// one silently (a `max_tasks` limit undone by a later `null`, say) hides the mistake.

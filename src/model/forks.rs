@@ -110,10 +110,6 @@ mod private {
     /// `/dev/null`, opened once, to point the children's copies at.
     static DEV_NULL: AtomicI32 = AtomicI32::new(-1);
 
-    extern "C" {
-        fn dup2(old: std::ffi::c_int, new: std::ffi::c_int) -> std::ffi::c_int;
-    }
-
     pub(super) fn register(fd: RawFd) -> Option<usize> {
         if DEV_NULL.load(Ordering::Acquire) < 0 {
             let null = std::fs::File::open("/dev/null").ok()?.into_raw_fd();
@@ -141,6 +137,11 @@ mod private {
 
     /// In a forked child: points every registered descriptor at `/dev/null`.
     pub(super) fn let_go() {
+        // Declared here, not at module level, where cbindgen would copy it into the C
+        // header (and clash, in C++, with `<unistd.h>`'s own `noexcept` declaration).
+        extern "C" {
+            fn dup2(old: std::ffi::c_int, new: std::ffi::c_int) -> std::ffi::c_int;
+        }
         let null = DEV_NULL.load(Ordering::Acquire);
         if null < 0 {
             return;
