@@ -29,13 +29,14 @@ pub(crate) fn generation() -> u64 {
             ) -> std::ffi::c_int;
         }
         unsafe extern "C" fn in_child() {
-            // Runs in the child right after fork(): only atomics and dup2 (which is
-            // async-signal-safe) there.
+            // Runs in the child right after fork(): only atomics, dup2 and fcntl (which
+            // are async-signal-safe) there.
             GENERATION.fetch_add(1, Ordering::Relaxed);
             private::let_go();
         }
-        // SAFETY: registers a handler that only touches atomics and calls dup2; the C
-        // library keeps the pointer for the life of the process, and the function is static.
+        // SAFETY: registers a handler that only touches atomics and calls dup2 and fcntl;
+        // the C library keeps the pointer for the life of the process, and the function is
+        // static.
         let failed = unsafe { pthread_atfork(None, None, Some(in_child)) } != 0;
         if failed {
             log::error!(
@@ -141,7 +142,11 @@ mod private {
         // header (and clash, in C++, with `<unistd.h>`'s own `noexcept` declaration).
         extern "C" {
             fn dup2(old: std::ffi::c_int, new: std::ffi::c_int) -> std::ffi::c_int;
+            fn fcntl(fd: std::ffi::c_int, cmd: std::ffi::c_int, ...) -> std::ffi::c_int;
         }
+        // POSIX's values, the same on every Unix.
+        const F_GETFD: std::ffi::c_int = 1;
+        const F_SETFD: std::ffi::c_int = 2;
         let null = DEV_NULL.load(Ordering::Acquire);
         if null < 0 {
             return;
@@ -149,9 +154,16 @@ mod private {
         for slot in &FILES {
             let fd = slot.swap(-1, Ordering::AcqRel);
             if fd >= 0 {
-                // SAFETY: dup2 on descriptors this process owns; it allocates nothing and
-                // is async-signal-safe, as a fork child's handler requires.
-                unsafe { dup2(null, fd) };
+                // dup2 clears close-on-exec on `fd`: its flags are put back, or a child that
+                // goes on to `exec` would hand the program it runs a stray descriptor.
+                // SAFETY: fcntl and dup2 on descriptors this process owns; they allocate
+                // nothing and are async-signal-safe, as a fork child's handler requires.
+                unsafe {
+                    let flags = fcntl(fd, F_GETFD);
+                    if dup2(null, fd) >= 0 && flags >= 0 {
+                        fcntl(fd, F_SETFD, flags);
+                    }
+                }
             }
         }
     }

@@ -772,6 +772,56 @@ fn a_forked_child_does_not_keep_the_directorys_lock() {
     assert!(reopened.get(id, None).is_ok());
 }
 
+/// The lock file's descriptor, which a forked child keeps pointed at `/dev/null`, stays
+/// close-on-exec there as it was: a child that goes on to `exec` (a host spawning a
+/// program) must not hand that descriptor to the program it runs.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_forked_childs_stand_in_for_the_lock_file_is_closed_on_exec() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let lock = dir.path().join("LOCK").canonicalize().unwrap();
+    let fd: i32 = fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|entry| fs::read_link(entry.path()).is_ok_and(|target| target == lock))
+        .and_then(|entry| entry.file_name().to_str()?.parse().ok())
+        .expect("the lock file is open");
+    // SAFETY: `fd` is open in this process.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    assert!(flags & libc::FD_CLOEXEC != 0, "close-on-exec in the parent");
+    let mut fds = [0i32; 2];
+    // SAFETY: the array is live and has room for two descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: the child only calls fcntl and write, then leaves with `_exit`, never
+    // returning into the test harness.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        // SAFETY: async-signal-safe calls on live descriptors and a live buffer, then `_exit`.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            libc::write(fds[1], (&raw const flags).cast(), size_of::<i32>());
+            libc::_exit(0);
+        }
+    }
+    let mut in_child = 0i32;
+    // SAFETY: a read into a live buffer of its size; then the child is reaped.
+    unsafe {
+        let read = libc::read(fds[0], (&raw mut in_child).cast(), size_of::<i32>());
+        assert_eq!(read, size_of::<i32>() as isize);
+        libc::waitpid(child, std::ptr::null_mut(), 0);
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    assert!(in_child >= 0, "the descriptor is open in the child");
+    assert!(
+        in_child & libc::FD_CLOEXEC != 0,
+        "close-on-exec in the child"
+    );
+    drop(store);
+}
+
 #[test]
 fn the_lock_goes_with_the_store_and_a_lock_file_left_behind_does_not_block() {
     let dir = tempfile::tempdir().unwrap();
