@@ -164,6 +164,17 @@ fn parse_limit_count(flag: &str, value: &str) -> Result<usize, String> {
     }
 }
 
+/// A count for an HTTP transport limit, which always has one: left out, it is the
+/// transport's default (see --help), never "no limit".
+fn parse_http_count(flag: &str, value: &str) -> Result<usize, String> {
+    match parse_count(flag, value)? {
+        0 => Err(format!(
+            "{flag}: must be at least 1 (leave it out for the default)"
+        )),
+        n => Ok(n),
+    }
+}
+
 /// Most tool threads `--workers` may ask for: each is a thread started up front, and far
 /// more than this fails to start (or exhausts memory) rather than serving anything faster.
 const MAX_WORKERS: usize = 4096;
@@ -275,11 +286,12 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
                 options.http_flags.allowed_origins.push(origin);
             }
             "--max-connections" => {
-                let n = parse_limit_count(&flag, &value()?)?;
+                let n = parse_http_count(&flag, &value()?)?;
                 options.http_flags.max_connections = Some(n);
             }
             "--max-sessions" => {
-                options.http_flags.max_sessions = Some(parse_limit_count(&flag, &value()?)?)
+                let n = parse_http_count(&flag, &value()?)?;
+                options.http_flags.max_sessions = Some(n);
             }
             "--session-idle-timeout" => {
                 let idle = parse_duration(&flag, &value()?)?;
@@ -289,7 +301,8 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
                 options.http_flags.session_idle_timeout = Some(idle);
             }
             "--max-body-bytes" => {
-                options.http_flags.max_body_bytes = Some(parse_limit_count(&flag, &value()?)?)
+                let n = parse_http_count(&flag, &value()?)?;
+                options.http_flags.max_body_bytes = Some(n);
             }
             "--data-dir" => {
                 let dir = value()?;

@@ -233,7 +233,12 @@ fn bad_command_lines_are_refused_with_a_message_naming_the_flag() {
         ),
         (
             &["--http", "127.0.0.1:0", "--max-connections", "0"],
-            "--max-connections: must be at least 1",
+            // Left out, the transport's limit is its default, not "no limit".
+            "--max-connections: must be at least 1 (leave it out for the default)",
+        ),
+        (
+            &["--http", "127.0.0.1:0", "--max-body-bytes", "0"],
+            "--max-body-bytes: must be at least 1 (leave it out for the default)",
         ),
         (
             &["--http", "127.0.0.1:0", "--session-idle-timeout", "0s"],
