@@ -177,9 +177,8 @@ pub(crate) struct Journal {
     /// An exclusive lock on `LOCK` in the directory, held while the journal lives: a second
     /// store appending to the same log would reuse sequence numbers and lose tasks. The
     /// operating system drops it with the file, and with a process that dies. Kept from
-    /// forked children (`_private`, dropped first), which would otherwise hold it too.
-    _private: ForkPrivate,
-    _lock: File,
+    /// forked children (see [`Locked`]), which would otherwise hold it too.
+    _lock: Locked,
     /// The files read at start were in an older format: compact at once, so that no file
     /// mixes formats and an older build meeting the new one says so by its version (and a
     /// snapshot that did not count its tasks is rewritten with the count).
@@ -698,8 +697,19 @@ fn cut_with_new_key(
     Ok(len)
 }
 
-/// Takes the directory's exclusive lock, or says that another store holds it.
-fn lock_dir(dir: &Path) -> Result<File, StoreError> {
+/// The directory's lock, held: the `LOCK` file, kept from forked children (see
+/// [`Journal`]'s `_lock`). The registration goes first when dropped.
+#[derive(Debug)]
+struct Locked {
+    _private: ForkPrivate,
+    _file: File,
+}
+
+/// Takes the directory's exclusive lock, or says that another store holds it. The file is
+/// kept from children forked from the moment it is open, before the lock is taken (a
+/// child forked later shares the lock) and while the journal is read, which may take a
+/// while.
+fn lock_dir(dir: &Path) -> Result<Locked, StoreError> {
     let path = dir.join("LOCK");
     let file = OpenOptions::new()
         .create(true)
@@ -707,13 +717,19 @@ fn lock_dir(dir: &Path) -> Result<File, StoreError> {
         .write(true)
         .open(&path)
         .map_err(|e| io_error(&path, "cannot open", e))?;
+    let private = ForkPrivate::new(lock_fd(&file));
     // A child process this one starts shares the lock (through its copy of the file)
     // from its fork until its exec, so a lock this process just let go of may still be
     // held for a moment: try again for a while before calling the directory in use.
     let deadline = Instant::now() + LOCK_PATIENCE;
     loop {
         match file.try_lock() {
-            Ok(()) => return Ok(file),
+            Ok(()) => {
+                return Ok(Locked {
+                    _private: private,
+                    _file: file,
+                })
+            }
             Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -925,7 +941,6 @@ impl Journal {
             base_bytes,
             batch: Vec::new(),
             compaction: None,
-            _private: ForkPrivate::new(lock_fd(&lock)),
             _lock: lock,
             legacy: recovered.legacy,
             rewrite: recovered.skips,
@@ -1060,6 +1075,63 @@ mod tests {
         SYNCED_DIRS.with(|synced| synced.borrow_mut().clear());
         drop(Journal::open(config).unwrap());
         SYNCED_DIRS.with(|synced| synced.take())
+    }
+
+    /// The lock is kept from forked children from the moment it is taken, not only once
+    /// the journal is read: recovery of a long log takes a while, and a host that forks a
+    /// worker meanwhile (a pre-fork server starting up) must not leave the child holding
+    /// the directory for as long as it lives.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_child_forked_while_the_journal_is_read_does_not_hold_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        // As `Journal::open` holds it while it reads the files.
+        let held = lock_dir(dir.path()).unwrap();
+        let lock = dir.path().join("LOCK").canonicalize().unwrap();
+        let fd: i32 = fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(Result::ok)
+            .find(|entry| fs::read_link(entry.path()).is_ok_and(|target| target == lock))
+            .and_then(|entry| entry.file_name().to_str()?.parse().ok())
+            .expect("the lock file is open");
+        let mut fds = [0i32; 2];
+        // SAFETY: the array is live and has room for two descriptors.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: the child only calls readlink and write, then leaves with `_exit`, never
+        // returning into the test harness.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork failed");
+        if child == 0 {
+            let path = format!("/proc/self/fd/{fd}\0");
+            let mut target = [0u8; 256];
+            // SAFETY: a NUL-terminated path and a live buffer of its length; `_exit` ends
+            // the child at once.
+            unsafe {
+                let n = libc::readlink(path.as_ptr().cast(), target.as_mut_ptr().cast(), 256);
+                let n = n.clamp(0, 256) as usize;
+                libc::write(fds[1], target.as_ptr().cast(), n);
+                libc::_exit(0);
+            }
+        }
+        // SAFETY: the write end is ours to close; the child's copy ends its writes.
+        unsafe { libc::close(fds[1]) };
+        let mut target = Vec::new();
+        let mut buf = [0u8; 256];
+        loop {
+            // SAFETY: a read into a live buffer of its length.
+            let n = unsafe { libc::read(fds[0], buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            target.extend_from_slice(&buf[..n as usize]);
+        }
+        // SAFETY: the pid is our child's; the read end is ours.
+        unsafe {
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+            libc::close(fds[0]);
+        }
+        assert_eq!(String::from_utf8_lossy(&target), "/dev/null");
+        drop(held);
     }
 
     /// A store on `dir` that writes nothing at start (running tasks are kept).
