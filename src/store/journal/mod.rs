@@ -1094,6 +1094,8 @@ mod tests {
             .find(|entry| fs::read_link(entry.path()).is_ok_and(|target| target == lock))
             .and_then(|entry| entry.file_name().to_str()?.parse().ok())
             .expect("the lock file is open");
+        // Made before the fork: the child allocates nothing.
+        let path = format!("/proc/self/fd/{fd}\0");
         let mut fds = [0i32; 2];
         // SAFETY: the array is live and has room for two descriptors.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
@@ -1102,7 +1104,6 @@ mod tests {
         let child = unsafe { libc::fork() };
         assert!(child >= 0, "fork failed");
         if child == 0 {
-            let path = format!("/proc/self/fd/{fd}\0");
             let mut target = [0u8; 256];
             // SAFETY: a NUL-terminated path and a live buffer of its length; `_exit` ends
             // the child at once.
