@@ -907,7 +907,7 @@ fn status_notifications_leave_room_for_requests_to_the_client() {
 }
 
 /// A status dropped for lack of room is not taken as sent: the catch-up after lost store
-/// events sends it if it still stands.
+/// events sends it if it still stands, a task's end included.
 #[test]
 fn a_status_dropped_for_lack_of_room_is_sent_by_the_next_catch_up() {
     let mut h = Harness::new();
@@ -940,9 +940,23 @@ fn a_status_dropped_for_lack_of_room_is_sent_by_the_next_catch_up() {
     let caught_up = h.next_outgoing("notifications/tasks/status");
     assert_eq!(caught_up["params"]["taskId"], ids[0].to_string());
     assert_eq!(caught_up["params"]["status"], "working");
-    for id in ids {
-        store.cancel(id, None, None).unwrap();
-    }
+    // A task's end dropped the same way is not forgotten either.
+    store
+        .update_status(ids[0], None, InputRequired, None)
+        .unwrap();
+    h.connection.handle_store_event(&events.recv().unwrap());
+    store.update_status(ids[0], None, Working, None).unwrap();
+    h.connection.handle_store_event(&events.recv().unwrap());
+    store.cancel(ids[1], None, None).unwrap();
+    h.connection.handle_store_event(&events.recv().unwrap());
+    let queued: Vec<Value> = h.outgoing.try_iter().collect();
+    assert_eq!(queued.len(), 2, "the end found no room: {queued:#?}");
+    h.connection
+        .handle_store_event(&StoreEvent::Lagged { missed: 1 });
+    let ended = h.next_outgoing("notifications/tasks/status");
+    assert_eq!(ended["params"]["taskId"], ids[1].to_string());
+    assert_eq!(ended["params"]["status"], "cancelled");
+    store.cancel(ids[0], None, None).unwrap();
 }
 
 #[test]

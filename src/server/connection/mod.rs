@@ -421,14 +421,7 @@ impl Connection {
         self.listens.on_event(store, self.session.as_ref(), event);
         if let Some(task) = task {
             let ended = task.status.is_terminal();
-            let ours = {
-                let mut notified = self.notified.lock();
-                if ended {
-                    notified.remove(&task_id).is_some()
-                } else {
-                    notified.contains_key(&task_id)
-                }
-            };
+            let ours = self.notified.lock().contains_key(&task_id);
             // Notifications are optional: never block on a client that does not read.
             let sent = ours
                 && room_for_optional(&self.outgoing)
@@ -437,8 +430,12 @@ impl Connection {
                     .is_ok();
             // A status is remembered as sent only once it is queued: one dropped for lack
             // of room is sent by the next catch-up (after lost events) if it still stands.
-            if sent && !ended {
-                if let Some(last) = self.notified.lock().get_mut(&task_id) {
+            // A task that ended is forgotten once its end is sent (or when it expires).
+            if sent {
+                let mut notified = self.notified.lock();
+                if ended {
+                    notified.remove(&task_id);
+                } else if let Some(last) = notified.get_mut(&task_id) {
                     *last = task.status;
                 }
             }
