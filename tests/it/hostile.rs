@@ -691,11 +691,13 @@ fn check_request(
         Some(_) => true,
     };
     let speaks_sep = !unsupported && (method == "server/discover" || version == Some(SEP_VERSION));
+    // A capability whose value is null or false is not declared.
+    let is_declared = |value: &Value| !matches!(value, Value::Null | Value::Bool(false));
     let declares = meta
         .and_then(|m| m.get(CAPS_KEY))
         .and_then(|c| c.get("extensions"))
         .and_then(|e| e.get(TASKS_EXT))
-        .is_some();
+        .is_some_and(is_declared);
     let served = if speaks_sep {
         METHODS_SEP
     } else {
@@ -757,7 +759,8 @@ fn check_request(
                         prop_assert!(!declares, "{}", answer);
                     } else {
                         prop_assert_eq!(method, "tools/call", "{}", answer);
-                        prop_assert!(declared.and_then(|c| c.get(name)).is_none(), "{}", answer);
+                        let named = declared.and_then(|c| c.get(name));
+                        prop_assert!(!named.is_some_and(is_declared), "{}", answer);
                     }
                 }
             }
