@@ -790,6 +790,9 @@ mod tests {
         assert_eq!(subscriptions.open.load(Ordering::Acquire), 0);
     }
 
+    /// Longest a test waits for something a correct run does at once.
+    const GUARD: Duration = Duration::from_secs(10);
+
     /// A stdio subscription whose message waits for room is still ended at once by its
     /// cancel or its connection closing (which must not wait for a client that may never
     /// read again), and sends nothing more.
@@ -812,23 +815,48 @@ mod tests {
                 .update_status(task, None, TaskStatus::InputRequired, None)
                 .ok();
             let event = status_event(&handle, task);
-            let reporting = {
-                let (subscriptions, handle) = (subscriptions.clone(), handle.clone());
-                std::thread::spawn(move || subscriptions.on_event(&handle, None, &event))
+            let listen = {
+                let registry = subscriptions.registry.lock();
+                registry.by_key.values().next().unwrap().clone()
             };
-            std::thread::sleep(Duration::from_millis(100));
-            let started = std::time::Instant::now();
-            if cancel {
-                assert!(subscriptions.cancel(&id));
-            } else {
-                subscriptions.close_all(Ending::Silent);
+            let (reported, reporting) = crossbeam_channel::bounded(1);
+            {
+                let (subscriptions, handle) = (subscriptions.clone(), handle.clone());
+                std::thread::spawn(move || {
+                    subscriptions.on_event(&handle, None, &event);
+                    let _ = reported.send(());
+                });
             }
-            reporting.join().unwrap();
-            assert!(
-                started.elapsed() < Duration::from_millis(500),
-                "{:?}",
-                started.elapsed()
-            );
+            // The report holds the subscription's state while its message waits for room
+            // (nothing reads `messages`): the end must come while it waits.
+            let started = std::time::Instant::now();
+            while !listen.state.is_locked() {
+                assert!(started.elapsed() < GUARD, "the report never started");
+                std::thread::yield_now();
+            }
+            // Ended on a thread of its own, so that a broken end (waiting for the report,
+            // which waits for room) fails the test instead of hanging it.
+            let (ended, ending) = crossbeam_channel::bounded(1);
+            {
+                let (subscriptions, id) = (subscriptions.clone(), id.clone());
+                std::thread::spawn(move || {
+                    let found = if cancel {
+                        subscriptions.cancel(&id)
+                    } else {
+                        subscriptions.close_all(Ending::Silent);
+                        true
+                    };
+                    let _ = ended.send(found);
+                });
+            }
+            // Only an end that waits for room (for ever: nothing reads) waits this long.
+            let found = ending
+                .recv_timeout(GUARD)
+                .expect("ending the subscription waits for room");
+            assert!(found, "the subscription was not found");
+            reporting
+                .recv_timeout(GUARD)
+                .expect("the report still waits for room after its subscription ended");
             assert_eq!(messages.try_iter().count(), 2, "nothing after the end");
             assert_eq!(subscriptions.open.load(Ordering::Acquire), 0);
             let registry = subscriptions.registry.lock();
