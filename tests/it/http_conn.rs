@@ -1003,11 +1003,13 @@ fn a_client_that_sends_then_reads_is_not_stalled_by_its_expect() {
 
 #[test]
 fn a_client_that_waits_for_100_continue_behind_a_slow_answer_is_not_timed_out() {
-    // The interim answer waits for the answers before it (here a call that takes over
-    // three read timeouts); a client that waits for it before sending its body has a
-    // read timeout from when it goes out.
+    // The interim answer waits for the answers before it (here a call that takes one and a
+    // half read timeouts); a client that waits for it before sending its body has a read
+    // timeout from when it goes out. (A whole second: the client reads the call's answer
+    // and the interim one before it sends the body, which a busy machine may take a while
+    // to get to.)
     let http = server(HttpOptions {
-        read_timeout: Duration::from_millis(300),
+        read_timeout: Duration::from_millis(1000),
         ..HttpOptions::default()
     });
     let (mut conn, session) = open_session(http.local_addr());
@@ -1016,7 +1018,7 @@ fn a_client_that_waits_for_100_continue_behind_a_slow_answer_is_not_timed_out() 
         &session,
     );
     let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-    let mut first = call(2, "sleep", json!({"ms": 1000}), &session);
+    let mut first = call(2, "sleep", json!({"ms": 1500}), &session);
     first.extend_from_slice(&raw[..head_end]);
     send(&mut conn, &first);
     assert_eq!(read_reply(&mut conn).status, 200, "the call");
