@@ -327,6 +327,11 @@ impl StoreActor {
             if !changes.is_empty() {
                 journal.commit()?;
             }
+            // The changes that stop these tasks are durable now; their workers hear before
+            // the callers do (a cancel that returned has fired its task's token).
+            while let Some(token) = m.poll_stop() {
+                token.cancel();
+            }
             drop(m);
             // The batch is durable: its callers hear now, whatever compaction meets.
             for held in self.out.held.drain(..) {

@@ -182,6 +182,9 @@ pub struct StoreMachine<W> {
     /// is exact, and there are only as many entries as parked callers.
     wait_deadlines: BTreeMap<(Millis, u64), TaskId>,
     wakes: VecDeque<Wake<W>>,
+    /// While journaling, cancel tokens to fire once the batch that stops their tasks is
+    /// durable (see [`poll_stop`](Self::poll_stop)).
+    stops: Vec<CancelToken>,
     events: VecDeque<StoreEvent>,
     events_enabled: bool,
     cursor_key: u64,
@@ -211,6 +214,7 @@ impl<W> StoreMachine<W> {
             wheel: Wheel::new(),
             wait_deadlines: BTreeMap::new(),
             wakes: VecDeque::new(),
+            stops: Vec::new(),
             events: VecDeque::new(),
             events_enabled: false,
             cursor_key,
@@ -396,6 +400,24 @@ impl<W> StoreMachine<W> {
     /// The next parked waiter that has its answer.
     pub fn poll_wake(&mut self) -> Option<Wake<W>> {
         self.wakes.pop_front()
+    }
+
+    /// The next cancel token to fire: while journaling, a token is fired only once the
+    /// change that stops its task is durable (a worker told to stop by a cancel that a
+    /// crash then undoes would leave the task running for good); without a journal, the
+    /// machine fires tokens itself and this is always `None`.
+    pub fn poll_stop(&mut self) -> Option<CancelToken> {
+        self.stops.pop()
+    }
+
+    /// Fires `token` now, or, while journaling, once [`poll_stop`](Self::poll_stop) hands
+    /// it out.
+    fn signal_stop(&mut self, token: &CancelToken) {
+        if self.journaling {
+            self.stops.push(token.clone());
+        } else {
+            token.cancel();
+        }
     }
 
     /// The next status event (only produced while events are enabled).

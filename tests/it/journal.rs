@@ -1449,3 +1449,68 @@ fn after_a_salvage_set_a_newer_log_aside_its_generation_is_started_afresh() {
         assert_eq!(listed(dir.path()), [ids[0], ids[1], more]);
     }
 }
+
+/// In a child process (see `a_cancel_whose_write_fails_fires_no_cancel_token`): a store
+/// whose log cannot grow any more (`RLIMIT_FSIZE` at its size) is asked to cancel a task
+/// whose worker holds its cancel token. Prints what the worker saw.
+#[cfg(target_os = "linux")]
+#[test]
+fn write_failure_child() {
+    let Ok(dir) = std::env::var("MCP_JOURNAL_WRITE_FAILURE_DIR") else {
+        return;
+    };
+    let dir = Path::new(&dir);
+    let store = open(dir);
+    let id = store.create(CreateTask::new()).unwrap().task_id;
+    let token = store.cancel_token(id, None).unwrap();
+    let size = fs::metadata(log_file(dir)).unwrap().len();
+    // SAFETY: plain system calls on this (single-test) process.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+        let limit = libc::rlimit {
+            rlim_cur: size,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0);
+    }
+    let cancelled = store.cancel(id, None, None);
+    println!(
+        "cancel: {:?}; token fired: {}",
+        cancelled.map(|_| ()),
+        token.is_cancelled()
+    );
+}
+
+/// A worker must not be told to stop before the cancel that stops it is durable: a cancel
+/// whose batch cannot be written is never acknowledged (the store stops), the task comes
+/// back still running, and a worker that had stopped on its token would leave it so for
+/// good.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_cancel_whose_write_fails_fires_no_cancel_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "journal::write_failure_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("MCP_JOURNAL_WRITE_FAILURE_DIR", dir.path())
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.contains("cancel: Err(Closed); token fired: false"),
+        "{out}"
+    );
+    let store = open(dir.path());
+    let tasks = store.list(None, None).unwrap().tasks;
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0].status, TaskStatus::Working);
+    // Once the cancel is durable, the token fires before the cancel returns.
+    let token = store.cancel_token(tasks[0].task_id, None).unwrap();
+    store.cancel(tasks[0].task_id, None, None).unwrap();
+    assert!(token.is_cancelled());
+}

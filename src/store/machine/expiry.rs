@@ -124,7 +124,7 @@ impl<W> StoreMachine<W> {
         }
         if let Some(extra) = entry.extra {
             if let Some(token) = &extra.cancel {
-                token.cancel();
+                self.signal_stop(token);
             }
             self.parked -= extra.waiters.len();
             for waiter in extra.waiters {

@@ -79,7 +79,8 @@ impl<W> StoreMachine<W> {
         Ok(self.finish(now, id, status, message, Some(outcome)))
     }
 
-    /// Cancels a live task before returning and fires its cancellation token. A terminal
+    /// Cancels a live task before returning and fires its cancellation token (while
+    /// journaling, once [`poll_stop`](Self::poll_stop) hands it out). A terminal
     /// task is left alone and reported with `cancelled: false` (idempotent).
     pub fn cancel(
         &mut self,
@@ -120,7 +121,7 @@ impl<W> StoreMachine<W> {
         let extra = entry.extra.get_or_insert_with(Default::default);
         let token = extra.cancel.get_or_insert_with(CancelToken::new).clone();
         if fired {
-            token.cancel();
+            self.signal_stop(&token);
         }
         Ok(token)
     }
@@ -150,7 +151,7 @@ impl<W> StoreMachine<W> {
             extra.answers.clear();
             if stop {
                 if let Some(token) = &extra.cancel {
-                    token.cancel();
+                    self.signal_stop(token);
                 }
             }
             self.parked -= extra.waiters.len();
