@@ -142,6 +142,7 @@ impl Harness {
             deep_ask_tool(),
             ask_maybe_tool(),
             passthrough_tool(),
+            payload_bomb_tool(),
         ]) {
             builder = builder.tool(tool);
         }
@@ -2546,4 +2547,68 @@ fn a_listen_after_its_connection_closed_is_refused() {
     h.task_2026("tasks/cancel", json!({"taskId": task}));
     h.feed(&task);
     assert!(h.sent().is_empty());
+}
+
+/// A panic payload whose own drop panics: dropping it (after the tool's panic was caught)
+/// panics anew.
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("the payload's drop panics too");
+    }
+}
+
+/// Sleeps `ms` (past a promotion budget, say), then panics with a [`PanicsOnDrop`].
+fn payload_bomb_tool() -> Tool {
+    Tool::new(
+        "payload_bomb",
+        "Panics with a payload that panics when dropped",
+        json!({"type": "object"}),
+        TaskSupport::Optional,
+        |args, ctx| {
+            let ms = args["ms"].as_u64().unwrap_or(0);
+            ctx.sleep(Duration::from_millis(ms))?;
+            std::panic::panic_any(PanicsOnDrop)
+        },
+    )
+}
+
+/// A tool whose panic payload panics when dropped still ends its task (failed), on either
+/// revision and through a promotion, and the worker carries on: the run's outcome must not
+/// be lost with a second panic, leaving the task `working` until its TTL.
+#[test]
+fn a_tool_whose_panic_payload_panics_on_drop_still_fails_its_task() {
+    let mut h = Harness::build(None, 100, 1, Some(Duration::from_millis(20)));
+    h.initialize(json!({}));
+    let id = h.start("payload_bomb", json!({}));
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let task = h.result("tasks/get", json!({"taskId": id}));
+        if task["status"] == "failed" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "stuck at {task}");
+        std::thread::yield_now();
+    }
+    // Inline: an error answer.
+    let inline = h.request(
+        "tools/call",
+        json!({"name": "payload_bomb", "arguments": {}}),
+    );
+    assert_eq!(inline["error"]["code"], -32603, "{inline}");
+    // Promoted (it sleeps well past the budget): the task ends failed.
+    let created = h.call_2026("payload_bomb", json!({"ms": 1000}), true);
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        h.poll_2026(&id, &["failed", "completed"])["status"],
+        "failed"
+    );
+    // The one worker still serves.
+    let echoed = h.request(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "hi"}}),
+    );
+    assert!(echoed.get("result").is_some(), "{echoed}");
 }

@@ -423,11 +423,22 @@ fn inline_outcome(revision: Revision, outcome: Result<Value, RpcError>) -> Resul
 
 fn run_tool(tool: &Tool, arguments: Value, context: &TaskContext) -> Result<Value, RpcError> {
     std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(arguments, context))).unwrap_or_else(
-        |_| {
+        |payload| {
+            drop_payload(payload);
             Err(RpcError::internal(format!(
                 "tool '{}' panicked",
                 tool.name()
             )))
         },
     )
+}
+
+/// Drops a tool's panic payload. Its own drop may panic too (`panic_any` takes any value):
+/// that panic would unwind the run past its settling, leaving its task `working` until its
+/// TTL (and a promotion waiter to make a task of a run that is gone), so it is caught, and
+/// its payload leaked rather than dropped in turn.
+fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
+    if let Err(again) = std::panic::catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(again);
+    }
 }
