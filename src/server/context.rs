@@ -400,7 +400,7 @@ impl TaskContext {
             None if self.binding.sleep_inline(deadline) => return Err(Cancelled),
             None => return Ok(()),
         };
-        let Some((id, _)) = bound else {
+        let Some((id, token)) = bound else {
             // Still inline at the deadline, or never to be a task (its promotion failed, a
             // store limit say): the rest of the time, if any, is slept inline.
             if self.binding.is_cancelled_inline() || self.binding.sleep_inline(deadline) {
@@ -414,6 +414,11 @@ impl TaskContext {
             .wait_terminal(id, self.session.as_ref(), Some(left))
         {
             Err(StoreError::Timeout) => Ok(()),
+            // No place to wait on the store: its callers blocked on this task (clients'
+            // `tasks/result` calls) took every one (`max_waiters_per_task`). The task did not
+            // end, so the tool is not told it was cancelled: it sleeps on, looking at its
+            // cancellation token now and then.
+            Err(StoreError::LimitExceeded { .. }) => sleep_watching(&token, deadline),
             _ => Err(Cancelled),
         }
     }
@@ -550,6 +555,24 @@ impl TaskContext {
                 })
                 .collect()
         })
+    }
+}
+
+/// How often a sleep that found no place to wait on the store looks at its token.
+const TOKEN_CHECK_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Sleeps until `deadline`, or until `token` fires (then `Cancelled`), looking at it every
+/// [`TOKEN_CHECK_INTERVAL`].
+fn sleep_watching(token: &CancelToken, deadline: Instant) -> Result<(), Cancelled> {
+    loop {
+        if token.is_cancelled() {
+            return Err(Cancelled);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        std::thread::sleep(left.min(TOKEN_CHECK_INTERVAL));
     }
 }
 

@@ -2612,3 +2612,100 @@ fn a_tool_whose_panic_payload_panics_on_drop_still_fails_its_task() {
     );
     assert!(echoed.get("result").is_some(), "{echoed}");
 }
+
+/// A task tool that waits for `gate` and then sleeps `ms` (through its context), reporting
+/// on `done` how its sleep ended.
+fn gated_sleep_tool(
+    gate: Receiver<()>,
+    done: Sender<Result<(), mcp_task_store::server::Cancelled>>,
+) -> Tool {
+    Tool::new(
+        "gated_sleep",
+        "Waits for the test, then sleeps",
+        json!({"type": "object"}),
+        TaskSupport::Optional,
+        move |args, ctx| {
+            gate.recv().unwrap();
+            let slept = ctx.sleep(Duration::from_millis(args["ms"].as_u64().unwrap()));
+            done.send(slept).unwrap();
+            slept?;
+            Ok(text_result("slept"))
+        },
+    )
+}
+
+/// The store lets only so many callers block on one task (`max_waiters_per_task`), and a
+/// client's blocked `tasks/result` calls take those places. A tool that sleeps while they
+/// are all taken must still sleep its time and finish, not be told its task was cancelled
+/// (and fail it with "the task was cancelled") when nobody cancelled it; and a cancel must
+/// still wake it.
+#[test]
+fn a_tool_sleeps_its_time_while_clients_take_every_waiting_place_on_its_task() {
+    let store = Store::builder().max_waiters_per_task(2).build().unwrap();
+    let handle = store.handle();
+    let (open, gate) = crossbeam_channel::unbounded();
+    let (done_tx, done) = crossbeam_channel::unbounded();
+    let server = Server::builder()
+        .store(Arc::new(store.handle()))
+        .tool(gated_sleep_tool(gate, done_tx))
+        .build()
+        .unwrap();
+    let (tx, outgoing) = crossbeam_channel::unbounded();
+    let mut h = Harness {
+        connection: server.connect(tx, None),
+        server,
+        outgoing,
+        responses: crossbeam_channel::unbounded(),
+        next_id: 0,
+        _store: Some(store),
+    };
+    h.initialize(json!({}));
+    let (results_tx, results) = crossbeam_channel::unbounded::<Value>();
+    let wait_for_both = |h: &mut Harness, id: &str| {
+        for n in 0..2 {
+            let text = json!({"jsonrpc": "2.0", "id": format!("r{n}"), "method": "tasks/result",
+                              "params": {"taskId": id}});
+            let answers = results_tx.clone();
+            h.connection.handle_text(
+                &text.to_string(),
+                Box::new(move |v| answers.send(v).unwrap()),
+            );
+        }
+        let deadline = std::time::Instant::now() + WAIT;
+        while handle.stats().unwrap().waiters < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the calls never blocked"
+            );
+            std::thread::yield_now();
+        }
+    };
+
+    // It sleeps its time and completes; the blocked calls get its result.
+    let id = h.start("gated_sleep", json!({"ms": 100}));
+    wait_for_both(&mut h, &id);
+    open.send(()).unwrap();
+    assert_eq!(done.recv_timeout(WAIT).unwrap(), Ok(()));
+    for _ in 0..2 {
+        let answer = results.recv_timeout(WAIT).unwrap();
+        assert_eq!(answer["result"]["content"][0]["text"], "slept", "{answer}");
+    }
+    assert_eq!(
+        h.result("tasks/get", json!({"taskId": id}))["status"],
+        "completed"
+    );
+
+    // Cancelled while it sleeps that way, it wakes.
+    let id = h.start("gated_sleep", json!({"ms": 600_000}));
+    wait_for_both(&mut h, &id);
+    open.send(()).unwrap();
+    assert!(
+        done.recv_timeout(Duration::from_millis(300)).is_err(),
+        "the sleep ended at once"
+    );
+    h.result("tasks/cancel", json!({"taskId": id}));
+    assert_eq!(
+        done.recv_timeout(WAIT).unwrap(),
+        Err(mcp_task_store::server::Cancelled)
+    );
+}
