@@ -391,9 +391,12 @@ impl TaskContext {
 
     /// Sleeps for `duration`, waking at once (with `Cancelled`) if the task ends meanwhile,
     /// or, for a plain call, if the client cancels the request. It waits on the store (or
-    /// the call's binding) rather than polling a flag.
+    /// the call's binding) rather than polling a flag. A duration too long to add to the
+    /// clock (`Duration::MAX`: until cancelled) sleeps a century.
     pub fn sleep(&self, duration: Duration) -> Result<(), Cancelled> {
-        let deadline = Instant::now() + duration;
+        const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+        let now = Instant::now();
+        let deadline = (now.checked_add(duration)).unwrap_or_else(|| now + CENTURY);
         let bound = match self.binding.current() {
             Some(bound) => Some(bound),
             None if self.binding.promotable => self.binding.wait_bound(Some(deadline)),

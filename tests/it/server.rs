@@ -2626,12 +2626,54 @@ fn gated_sleep_tool(
         TaskSupport::Optional,
         move |args, ctx| {
             gate.recv().unwrap();
-            let slept = ctx.sleep(Duration::from_millis(args["ms"].as_u64().unwrap()));
+            // `u64::MAX` ms stands for `Duration::MAX` (past what any clock can add).
+            let slept = ctx.sleep(match args["ms"].as_u64().unwrap() {
+                u64::MAX => Duration::MAX,
+                ms => Duration::from_millis(ms),
+            });
             done.send(slept).unwrap();
             slept?;
             Ok(text_result("slept"))
         },
     )
+}
+
+/// `sleep(Duration::MAX)` (or any duration past what the clock can add) sleeps until the
+/// task is cancelled, instead of panicking on the overflowing deadline.
+#[test]
+fn a_tool_may_sleep_until_cancelled() {
+    let store = Store::builder().build().unwrap();
+    let handle = store.handle();
+    let (open, gate) = crossbeam_channel::unbounded();
+    let (done_tx, done) = crossbeam_channel::unbounded();
+    let server = Server::builder()
+        .store(Arc::new(store.handle()))
+        .tool(gated_sleep_tool(gate, done_tx))
+        .build()
+        .unwrap();
+    let (tx, outgoing) = crossbeam_channel::unbounded();
+    let mut h = Harness {
+        connection: server.connect(tx, None),
+        server,
+        outgoing,
+        responses: crossbeam_channel::unbounded(),
+        next_id: 0,
+        _store: Some(store),
+    };
+    h.initialize(json!({}));
+    let id = h.start("gated_sleep", json!({"ms": u64::MAX}));
+    open.send(()).unwrap();
+    // The sleep waits on the store for its task to end.
+    let deadline = std::time::Instant::now() + WAIT;
+    while handle.stats().unwrap().waiters < 1 {
+        assert!(std::time::Instant::now() < deadline, "the tool never slept");
+        std::thread::yield_now();
+    }
+    h.result("tasks/cancel", json!({"taskId": id}));
+    let slept = done
+        .recv_timeout(WAIT)
+        .expect("the sleep ends with the task");
+    assert!(slept.is_err(), "cancelled: {slept:?}");
 }
 
 /// The store lets only so many callers block on one task (`max_waiters_per_task`), and a
