@@ -2615,6 +2615,35 @@ fn a_tool_whose_panic_payload_panics_on_drop_still_fails_its_task() {
 
 /// A task tool that waits for `gate` and then sleeps `ms` (through its context), reporting
 /// on `done` how its sleep ended.
+/// A server on `store` with only [`gated_sleep_tool`], initialized on 2025-11-25; with the
+/// gate's opener and the channel each sleep's outcome arrives on.
+fn gated_sleep_harness(
+    store: Store,
+) -> (
+    Harness,
+    Sender<()>,
+    Receiver<Result<(), mcp_task_store::server::Cancelled>>,
+) {
+    let (open, gate) = crossbeam_channel::unbounded();
+    let (done_tx, done) = crossbeam_channel::unbounded();
+    let server = Server::builder()
+        .store(Arc::new(store.handle()))
+        .tool(gated_sleep_tool(gate, done_tx))
+        .build()
+        .unwrap();
+    let (tx, outgoing) = crossbeam_channel::unbounded();
+    let mut h = Harness {
+        connection: server.connect(tx, None),
+        server,
+        outgoing,
+        responses: crossbeam_channel::unbounded(),
+        next_id: 0,
+        _store: Some(store),
+    };
+    h.initialize(json!({}));
+    (h, open, done)
+}
+
 fn gated_sleep_tool(
     gate: Receiver<()>,
     done: Sender<Result<(), mcp_task_store::server::Cancelled>>,
@@ -2644,23 +2673,7 @@ fn gated_sleep_tool(
 fn a_tool_may_sleep_until_cancelled() {
     let store = Store::builder().build().unwrap();
     let handle = store.handle();
-    let (open, gate) = crossbeam_channel::unbounded();
-    let (done_tx, done) = crossbeam_channel::unbounded();
-    let server = Server::builder()
-        .store(Arc::new(store.handle()))
-        .tool(gated_sleep_tool(gate, done_tx))
-        .build()
-        .unwrap();
-    let (tx, outgoing) = crossbeam_channel::unbounded();
-    let mut h = Harness {
-        connection: server.connect(tx, None),
-        server,
-        outgoing,
-        responses: crossbeam_channel::unbounded(),
-        next_id: 0,
-        _store: Some(store),
-    };
-    h.initialize(json!({}));
+    let (mut h, open, done) = gated_sleep_harness(store);
     let id = h.start("gated_sleep", json!({"ms": u64::MAX}));
     open.send(()).unwrap();
     // The sleep waits on the store for its task to end.
@@ -2685,23 +2698,7 @@ fn a_tool_may_sleep_until_cancelled() {
 fn a_tool_sleeps_its_time_while_clients_take_every_waiting_place_on_its_task() {
     let store = Store::builder().max_waiters_per_task(2).build().unwrap();
     let handle = store.handle();
-    let (open, gate) = crossbeam_channel::unbounded();
-    let (done_tx, done) = crossbeam_channel::unbounded();
-    let server = Server::builder()
-        .store(Arc::new(store.handle()))
-        .tool(gated_sleep_tool(gate, done_tx))
-        .build()
-        .unwrap();
-    let (tx, outgoing) = crossbeam_channel::unbounded();
-    let mut h = Harness {
-        connection: server.connect(tx, None),
-        server,
-        outgoing,
-        responses: crossbeam_channel::unbounded(),
-        next_id: 0,
-        _store: Some(store),
-    };
-    h.initialize(json!({}));
+    let (mut h, open, done) = gated_sleep_harness(store);
     let (results_tx, results) = crossbeam_channel::unbounded::<Value>();
     let wait_for_both = |h: &mut Harness, id: &str| {
         for n in 0..2 {
