@@ -327,6 +327,13 @@ mod tests {
     #[test]
     fn errors() {
         check_err("{", mcpts_result::InvalidJson, "store configuration");
+        // Not well-formed, whatever else is wrong: an unknown field before the syntax error.
+        check_err(
+            r#"{"ttl": 1, !}"#,
+            mcpts_result::InvalidJson,
+            "store configuration",
+        );
+        check_err(" 5", mcpts_result::InvalidConfig, "expected a JSON object");
         check_err(
             "[1, 2]",
             mcpts_result::InvalidConfig,

@@ -147,25 +147,37 @@ impl Error {
     }
 }
 
-/// Parses a JSON object into `T`. Syntax errors give `InvalidJson`; anything but an object
-/// (serde would otherwise accept an array for a struct), or an object of the wrong shape
-/// (a field given twice included), gives `shape_code`.
+/// Parses a JSON object into `T`, in one pass when it is well-formed. Syntax errors give
+/// `InvalidJson`; anything but an object (serde would otherwise accept an array for a
+/// struct), or an object of the wrong shape (a field given twice included), gives
+/// `shape_code`.
 pub(crate) fn parse_object<T: serde::de::DeserializeOwned>(
     json: &[u8],
     what: &str,
     shape_code: mcpts_result,
 ) -> Result<T, Error> {
-    let value: serde_json::Value =
-        serde_json::from_slice(json).map_err(|e| Error::json(what, e, shape_code))?;
-    if !value.is_object() {
+    // Syntax first, on the error paths only: a wrong shape may stop the typed read before
+    // the text's syntax error, which must still read as `InvalidJson`.
+    let well_formed = || {
+        serde_json::from_slice::<serde::de::IgnoredAny>(json)
+            .map_err(|e| Error::json(what, e, shape_code))
+    };
+    let first = json.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        well_formed()?;
         return Err(Error::new(
             shape_code,
             format!("invalid {what}: expected a JSON object"),
         ));
     }
-    // From the text, not from `value`: a `Value` keeps only the last of two equal names,
-    // so a field given twice would be taken silently instead of refused.
-    serde_json::from_slice(json).map_err(|e| Error::json(what, e, shape_code))
+    // Typed from the text (a `Value` would keep only the last of two equal names, so a
+    // field given twice would be taken silently instead of refused).
+    serde_json::from_slice(json).map_err(|e| {
+        if let Err(syntax) = well_formed() {
+            return syntax;
+        }
+        Error::json(what, e, shape_code)
+    })
 }
 
 /// The one mapping from store errors to C result codes.
