@@ -242,13 +242,17 @@ impl HttpServer {
     pub fn bind(
         server: Server,
         addr: impl ToSocketAddrs,
-        options: HttpOptions,
+        mut options: HttpOptions,
     ) -> io::Result<HttpServer> {
         let addr = addr
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind"))?;
         let listener = TcpListener::bind(addr)?;
+        // Compared exactly with what browsers send, so written as they write it.
+        for origin in &mut options.allowed_origins {
+            *origin = browser_origin(origin);
+        }
         // Stateless requests need no outgoing messages: drop the receiver so nothing queues.
         let (unread, _) = crossbeam_channel::bounded(1);
         let state = Arc::new(State {
@@ -453,6 +457,25 @@ fn handle(state: &Arc<State>, request: Request) {
 
 /// The `Origin` of a request that gets CORS: one named in `allowed` (exactly as browsers
 /// send it).
+/// An origin as a browser serialises it in `Origin`: scheme and host in lower case, no
+/// default port (80 for http, 443 for https). Anything else is left as it is.
+fn browser_origin(origin: &str) -> String {
+    let Some((scheme, authority)) = origin.split_once("://") else {
+        return origin.to_owned();
+    };
+    let (scheme, authority) = (scheme.to_ascii_lowercase(), authority.to_ascii_lowercase());
+    let default_port = match scheme.as_str() {
+        "http" => ":80",
+        "https" => ":443",
+        _ => "",
+    };
+    let authority = match authority.strip_suffix(default_port) {
+        Some(host) if !default_port.is_empty() => host,
+        _ => &authority,
+    };
+    format!("{scheme}://{authority}")
+}
+
 fn cors_origin<'h>(head: &'h Head, allowed: &[String]) -> Option<&'h str> {
     head.field("Origin")
         .filter(|origin| allowed.iter().any(|a| a == origin))
@@ -731,6 +754,20 @@ pub fn fuzz_requests(bytes: &[u8], small: bool, chunk: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn configured_origins_are_written_as_browsers_send_them() {
+        for (given, sent) in [
+            ("http://localhost:6274", "http://localhost:6274"),
+            ("HTTP://LocalHost:6274", "http://localhost:6274"),
+            ("https://App.Example:443", "https://app.example"),
+            ("http://[::1]:80", "http://[::1]"),
+            ("http://x:8080", "http://x:8080"),
+            ("null", "null"),
+        ] {
+            assert_eq!(super::browser_origin(given), sent, "{given}");
+        }
+    }
+
     use super::{origin_allowed, path_of};
 
     #[test]

@@ -38,8 +38,9 @@ pub struct HttpOptions {
     /// request for this long is ended as if the client had sent `DELETE` (its live tasks
     /// are cancelled). Default 30 minutes.
     pub session_idle_timeout: Duration,
-    /// Browser origins whose pages may use the server, exactly as a browser sends them in
-    /// `Origin` (`https://app.example`, `http://localhost:6274`): they get CORS (a
+    /// Browser origins whose pages may use the server, as a browser sends them in `Origin`
+    /// (`https://app.example`, `http://localhost:6274`; scheme and host are compared in
+    /// lower case and a default port is dropped, as browsers write them): they get CORS (a
     /// preflight `OPTIONS` is answered, allowing MCP's header fields and any other field
     /// names the page asks to send, and the page may read the answers, `Mcp-Session-Id`
     /// and `MCP-Protocol-Version`). Loopback origins not named here are served but get no
