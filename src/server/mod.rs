@@ -46,7 +46,7 @@ pub use context::{Cancelled, ClientPeer, TaskContext};
 #[doc(hidden)]
 pub use http::fuzz_requests as fuzz_http_requests;
 #[cfg(feature = "http")]
-pub use http::{HttpOptions, HttpServer};
+pub use http::{Authenticate, HttpOptions, HttpServer, RequestHead, Unauthorized};
 pub use listen::{MAX_LISTENS, MAX_LISTEN_ID_BYTES, MAX_LISTEN_TASKS};
 pub use tools::{
     error_result, text_result, Preflight, TaskSupport, Tool, ToolRegistry, ToolResult,
@@ -256,16 +256,18 @@ impl Server {
         Connection::new(self.core.clone(), outgoing, session, false, MAX_LISTENS)
     }
 
-    /// The one connection that serves every stateless (2026-07-28) HTTP client: their
-    /// request ids may collide, so `notifications/cancelled` is not applied there. At most
-    /// `max_listens` task subscriptions are open on it at once.
+    /// A connection that serves stateless (2026-07-28) HTTP clients: all of them (no
+    /// `session`), or those of one identity (its store session). Their request ids may
+    /// collide, so `notifications/cancelled` is not applied there. At most `max_listens`
+    /// task subscriptions are open on it at once.
     #[cfg(feature = "http")]
-    pub(crate) fn connect_shared(
+    pub(crate) fn connect_stateless(
         &self,
         outgoing: crossbeam_channel::Sender<serde_json::Value>,
+        session: Option<crate::SessionId>,
         max_listens: usize,
     ) -> Arc<Connection> {
-        Connection::new(self.core.clone(), outgoing, None, true, max_listens)
+        Connection::new(self.core.clone(), outgoing, session, true, max_listens)
     }
 
     /// Serves MCP over this process's stdin and stdout until stdin closes.

@@ -28,7 +28,7 @@ fn start() -> HttpServer {
 }
 
 /// One HTTP/1.1 exchange on a fresh connection.
-fn send(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
+pub(crate) fn send(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
     let stream = write_request(addr, method, headers, body);
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -37,7 +37,7 @@ fn send(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: &[u8]) -
 }
 
 /// Opens a connection and sends one request on it, without waiting for the answer.
-fn write_request(
+pub(crate) fn write_request(
     addr: SocketAddr,
     method: &str,
     headers: &[(&str, &str)],
@@ -71,7 +71,7 @@ fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> Reply {
     send(addr, "POST", &all, body.to_string().as_bytes())
 }
 
-fn meta_2026(declare: bool) -> Value {
+pub(crate) fn meta_2026(declare: bool) -> Value {
     let capabilities = if declare {
         json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
     } else {
@@ -383,7 +383,7 @@ fn a_session_event_stream_carries_status_notifications() {
 }
 
 /// The data of the next event on an open event stream.
-fn next_event(events: &mut BufReader<TcpStream>) -> Value {
+pub(crate) fn next_event(events: &mut BufReader<TcpStream>) -> Value {
     let mut line = String::new();
     loop {
         line.clear();

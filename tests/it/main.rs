@@ -8,6 +8,8 @@ mod hostile;
 #[cfg(feature = "http")]
 mod http;
 #[cfg(feature = "http")]
+mod http_auth;
+#[cfg(feature = "http")]
 mod http_conn;
 #[cfg(feature = "http")]
 mod http_hostile;

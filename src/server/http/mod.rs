@@ -24,7 +24,9 @@
 //! writer. An event stream keeps its connection's reader while it lasts (one per session:
 //! a new `GET` replaces the session's stream, which ends).
 //! Bodies are limited in size, and a browser `Origin` other than loopback and
-//! [`HttpOptions::allowed_origins`] is refused (DNS rebinding).
+//! [`HttpOptions::allowed_origins`] is refused (DNS rebinding). With
+//! [`HttpOptions::authenticate`], every request names its sender, and sessions and
+//! 2026-07-28 tasks belong to whoever opened or created them (see `auth`).
 //!
 //! 2025-11-25 sessions end on `DELETE` or after [`HttpOptions::session_idle_timeout`] with
 //! no request in progress, no event stream open and no new request; either way the
@@ -56,6 +58,7 @@ use crossbeam_channel::{select, Receiver, Sender};
 use parking_lot::Mutex;
 use serde_json::Value;
 
+use self::auth::{identify, stateless_connection, Identity};
 use self::conn::{ConnOptions, Request, Transport};
 use self::outbox::Responder;
 use self::session::{
@@ -71,6 +74,7 @@ use crate::model::StoreEvent;
 use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::protocol::{header_value, sep2663, RequestMeta};
 
+mod auth;
 mod conn;
 mod options;
 mod outbox;
@@ -79,6 +83,7 @@ mod session;
 mod stateless;
 mod wire;
 
+pub use self::auth::{Authenticate, RequestHead, Unauthorized};
 pub use self::options::HttpOptions;
 
 /// Bytes a request head may hold (request line, fields, line ends).
@@ -135,7 +140,13 @@ impl Closer {
 
 struct State {
     server: Server,
+    /// Serves 2026-07-28 requests when no identity is known (no
+    /// [`HttpOptions::authenticate`]).
     stateless: Arc<Connection>,
+    /// Serves each identity's 2026-07-28 requests, by store session (see `auth`).
+    identified: Mutex<HashMap<String, Arc<Connection>>>,
+    /// Where stateless connections' outgoing messages go: nowhere (they need none).
+    unread: Sender<Value>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     options: HttpOptions,
     stopping: Closer,
@@ -256,7 +267,13 @@ impl HttpServer {
         // Stateless requests need no outgoing messages: drop the receiver so nothing queues.
         let (unread, _) = crossbeam_channel::bounded(1);
         let state = Arc::new(State {
-            stateless: server.connect_shared(unread, listen_limit(options.max_connections)),
+            stateless: server.connect_stateless(
+                unread.clone(),
+                None,
+                listen_limit(options.max_connections),
+            ),
+            identified: Mutex::new(HashMap::new()),
+            unread,
             server,
             sessions: Mutex::new(HashMap::new()),
             streams: StreamBudget::new(options.max_connections),
@@ -369,6 +386,10 @@ fn route_events(state: &State, events: Receiver<StoreEvent>) {
                 for target in sessions {
                     target.connection.handle_store_event(&event);
                 }
+                let identified: Vec<_> = state.identified.lock().values().cloned().collect();
+                for target in identified {
+                    target.handle_store_event(&event);
+                }
                 state.stateless.handle_store_event(&event);
                 continue;
             }
@@ -383,6 +404,12 @@ fn route_events(state: &State, events: Receiver<StoreEvent>) {
         let target = state.sessions.lock().get(session.as_str()).cloned();
         if let Some(target) = target {
             target.connection.handle_store_event(&event);
+            continue;
+        }
+        // An identity's 2026-07-28 task.
+        let target = state.identified.lock().get(session.as_str()).cloned();
+        if let Some(target) = target {
+            target.handle_store_event(&event);
         }
     }
 }
@@ -393,7 +420,7 @@ const METHODS: &str = "POST, GET, DELETE, OPTIONS";
 const CORS_ALLOWED_HEADERS: &str = "Content-Type, Accept, Authorization, Mcp-Session-Id, \
      MCP-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name";
 /// The answer header fields such a page may read.
-const CORS_EXPOSED_HEADERS: &str = "Mcp-Session-Id, MCP-Protocol-Version";
+const CORS_EXPOSED_HEADERS: &str = "Mcp-Session-Id, MCP-Protocol-Version, WWW-Authenticate";
 
 /// The header fields every answer to a request with `head` carries, whatever it is (an
 /// answer, an error, a stream, or the refusal of a body `conn` would not read): for
@@ -439,17 +466,24 @@ fn handle(state: &Arc<State>, request: Request) {
         .filter(|v| !supported_version(v))
     {
         Answer::error(400, unsupported_version(version))
+    } else if head.method == "OPTIONS" {
+        // A CORS preflight carries no credentials: answered before anyone is identified.
+        let allowed = cors_origin(&head, &state.options.allowed_origins).is_some();
+        preflight(&head, allowed, &mut responder)
     } else {
-        match head.method.as_str() {
-            "POST" => return post(state, &head, body, responder),
-            "GET" => return get(state, &head, responder),
-            "DELETE" => delete(state, &head),
-            "OPTIONS" => preflight(
-                &head,
-                cors_origin(&head, &state.options.allowed_origins).is_some(),
-                &mut responder,
-            ),
-            _ => Answer::not_allowed(METHODS, "use POST, GET or DELETE"),
+        match identify(state, &head) {
+            Err((refusal, challenge)) => {
+                if let Some(challenge) = challenge {
+                    responder.always_send("WWW-Authenticate", challenge);
+                }
+                refusal
+            }
+            Ok(identity) => match head.method.as_str() {
+                "POST" => return post(state, &head, &identity, body, responder),
+                "GET" => return get(state, &head, &identity, responder),
+                "DELETE" => delete(state, &head, &identity),
+                _ => Answer::not_allowed(METHODS, "use POST, GET or DELETE"),
+            },
         }
     };
     respond(responder, answer);
@@ -586,7 +620,7 @@ fn speaks_sep2663_by_header(head: &Head) -> bool {
     head.field("MCP-Protocol-Version") == Some(sep2663::PROTOCOL_VERSION)
 }
 
-fn post(state: &Arc<State>, head: &Head, body: Vec<u8>, responder: Responder) {
+fn post(state: &Arc<State>, head: &Head, identity: &Identity, body: Vec<u8>, responder: Responder) {
     let body = match body_text(head, body) {
         Ok(body) => body,
         Err(answer) => return respond(responder, answer),
@@ -597,7 +631,7 @@ fn post(state: &Arc<State>, head: &Head, body: Vec<u8>, responder: Responder) {
             let error = RpcError::invalid_request(jsonrpc::BATCHES_REFUSED);
             return respond(responder, Answer::error(400, error));
         }
-        Ok(Value::Array(items)) => return post_batch(state, head, responder, items),
+        Ok(Value::Array(items)) => return post_batch(state, head, identity, responder, items),
         Ok(value) => jsonrpc::classify(value),
         Err(rejected) => Err(rejected),
     };
@@ -638,9 +672,12 @@ fn post(state: &Arc<State>, head: &Head, body: Vec<u8>, responder: Responder) {
         // a header mismatch; `server/discover` is how versions are found, so it fits any.
         let mismatch =
             header_version.is_some() && by_header != by_body && method != Some("server/discover");
-        post_stateless(state, head, responder, message, by_body, mismatch)
+        let connection = stateless_connection(state, identity);
+        post_stateless(
+            state, connection, head, responder, message, by_body, mismatch,
+        )
     } else {
-        post_session(state, head, responder, message)
+        post_session(state, head, identity, responder, message)
     }
 }
 

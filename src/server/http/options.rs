@@ -4,8 +4,10 @@
 
 use std::time::Duration;
 
+use super::auth::Authenticate;
+
 /// Settings of the HTTP transport.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct HttpOptions {
     /// Largest request body accepted, in bytes (default 4 MiB); larger ones get HTTP 413.
     pub max_body_bytes: usize,
@@ -47,6 +49,49 @@ pub struct HttpOptions {
     /// CORS field, so a browser lets their pages do nothing that needs it (a JSON `POST`
     /// does). Any other `Origin` gets 403 (DNS rebinding).
     pub allowed_origins: Vec<String>,
+    /// Tells who sent each request to `/mcp` (`POST`, `GET`, `DELETE`; not a CORS
+    /// preflight, which carries no credentials) from its head: an identity (a user or
+    /// client id the embedder trusts, say from a bearer token it verified or a header its
+    /// authenticating proxy sets), or a refusal, answered with HTTP 401 or 403 and its
+    /// `WWW-Authenticate` field ([`Unauthorized`](super::Unauthorized)).
+    ///
+    /// Tasks are then bound to identities, as MCP requires where an authorization context
+    /// exists. A 2025-11-25 session belongs to the identity that opened it: a request
+    /// naming it with another identity gets 404, as an unknown session does, so that
+    /// session's tasks (its `tasks/list` included) are out of reach. A 2026-07-28 task
+    /// belongs to the identity that created it: another identity's `tasks/get`,
+    /// `tasks/update`, `tasks/cancel` and `subscriptions/listen` find no such task. Those
+    /// tasks live in the store session `auth:<identity>`, so a journaled store keeps the
+    /// binding across restarts, and [`StoreConfig::max_tasks_per_session`] caps each
+    /// identity's live tasks. Return a stable id (not a token that rotates): a new identity
+    /// sees none of the old one's tasks.
+    ///
+    /// The hook runs on the connection's reader before the body is looked at; it should
+    /// not block for long (a network lookup holds that connection's next request). A hook
+    /// that panics gets the request HTTP 500. Default: none, every request is served and
+    /// 2026-07-28 task ids are bearer capabilities bound to nothing else.
+    ///
+    /// [`StoreConfig::max_tasks_per_session`]: crate::StoreConfig::max_tasks_per_session
+    pub authenticate: Option<Authenticate>,
+}
+
+impl std::fmt::Debug for HttpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpOptions")
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_connections", &self.max_connections)
+            .field("read_timeout", &self.read_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("write_timeout", &self.write_timeout)
+            .field("max_sessions", &self.max_sessions)
+            .field("session_idle_timeout", &self.session_idle_timeout)
+            .field("allowed_origins", &self.allowed_origins)
+            .field(
+                "authenticate",
+                &self.authenticate.as_ref().map(|_| "<hook>"),
+            )
+            .finish()
+    }
 }
 
 impl Default for HttpOptions {
@@ -60,6 +105,7 @@ impl Default for HttpOptions {
             max_sessions: 1024,
             session_idle_timeout: Duration::from_secs(30 * 60),
             allowed_origins: Vec::new(),
+            authenticate: None,
         }
     }
 }

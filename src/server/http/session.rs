@@ -12,6 +12,7 @@ use crossbeam_channel::{select, Receiver, Sender};
 use parking_lot::Mutex;
 use serde_json::Value;
 
+use super::auth::Identity;
 use super::outbox::{EventStream, Responder};
 use super::replay::Replay;
 use super::wire::Head;
@@ -31,6 +32,9 @@ const EVICTIONS_PER_INITIALIZE: usize = 4;
 
 pub(super) struct Session {
     id: SessionId,
+    /// Who opened it (see [`HttpOptions::authenticate`](super::HttpOptions::authenticate)):
+    /// nobody else may use it.
+    identity: Identity,
     pub(super) connection: Arc<Connection>,
     outgoing: Receiver<Value>,
     /// Ends the session's current `GET` stream (with its ticket, see [`get`]): a newer
@@ -167,8 +171,14 @@ fn cancel_live_tasks(store: &dyn TaskStore, session: &SessionId) {
 /// Its answers come back together as one JSON array; a batch with nothing to answer
 /// (notifications and responses only) gets 202, as a lone notification does; `[]` and
 /// one longer than [`MAX_BATCH_LEN`](crate::server::MAX_BATCH_LEN) get 400 with -32600.
-pub(super) fn post_batch(state: &Arc<State>, head: &Head, responder: Responder, items: Vec<Value>) {
-    let (session, activity) = match find_session(state, head) {
+pub(super) fn post_batch(
+    state: &Arc<State>,
+    head: &Head,
+    identity: &Identity,
+    responder: Responder,
+    items: Vec<Value>,
+) {
+    let (session, activity) = match find_session(state, head, identity) {
         Ok(found) => found,
         Err(answer) => return respond(responder, answer),
     };
@@ -195,15 +205,16 @@ pub(super) fn post_batch(state: &Arc<State>, head: &Head, responder: Responder, 
 pub(super) fn post_session(
     state: &Arc<State>,
     head: &Head,
+    identity: &Identity,
     responder: Responder,
     message: Message,
 ) {
     if let Message::Request(r) = &message {
         if r.method == "initialize" {
-            return open_session(state, responder, message);
+            return open_session(state, identity, responder, message);
         }
     }
-    let (session, activity) = match find_session(state, head) {
+    let (session, activity) = match find_session(state, head, identity) {
         Ok(found) => found,
         Err(answer) => return respond(responder, answer),
     };
@@ -213,7 +224,7 @@ pub(super) fn post_session(
     });
 }
 
-fn open_session(state: &Arc<State>, responder: Responder, message: Message) {
+fn open_session(state: &Arc<State>, identity: &Identity, responder: Responder, message: Message) {
     let mut sessions = state.sessions.lock();
     // Checked under the lock that dropping the server drains the sessions under, after
     // it raised the flag: no session opens after that drain, never to be ended.
@@ -243,6 +254,7 @@ fn open_session(state: &Arc<State>, responder: Responder, message: Message) {
     let connection = state.server.connect(outgoing_tx, Some(session_id.clone()));
     let session = Arc::new(Session {
         id: session_id,
+        identity: identity.clone(),
         connection: connection.clone(),
         outgoing,
         stream: Mutex::new(None),
@@ -343,7 +355,13 @@ fn has_live_tasks(store: &dyn TaskStore, session: &SessionId) -> Result<bool, cr
     Ok(found)
 }
 
-fn find_session(state: &State, head: &Head) -> Result<(Arc<Session>, Activity), Answer> {
+/// The session named in `head`, if `identity` opened it: another identity's session is
+/// answered as an unknown one is, which tells nothing of it.
+fn find_session(
+    state: &State,
+    head: &Head,
+    identity: &Identity,
+) -> Result<(Arc<Session>, Activity), Answer> {
     let Some(id) = head.field("Mcp-Session-Id") else {
         return Err(Answer::error(
             400,
@@ -354,41 +372,50 @@ fn find_session(state: &State, head: &Head) -> Result<(Arc<Session>, Activity), 
     };
     let sessions = state.sessions.lock();
     match sessions.get(id) {
-        Some(session) => Ok((session.clone(), Activity::begin(session))),
-        None => Err(Answer::error(
-            404,
-            RpcError::invalid_request("unknown or ended session"),
-        )),
+        Some(session) if session.identity == *identity => {
+            Ok((session.clone(), Activity::begin(session)))
+        }
+        _ => Err(unknown_session()),
     }
 }
 
-pub(super) fn delete(state: &State, head: &Head) -> Answer {
+fn unknown_session() -> Answer {
+    Answer::error(404, RpcError::invalid_request("unknown or ended session"))
+}
+
+pub(super) fn delete(state: &State, head: &Head, identity: &Identity) -> Answer {
     let Some(id) = head.field("Mcp-Session-Id") else {
         return Answer::error(
             400,
             RpcError::invalid_request("Mcp-Session-Id header required"),
         );
     };
-    let removed = state.sessions.lock().remove(id);
+    let removed = {
+        let mut sessions = state.sessions.lock();
+        match sessions.get(id) {
+            Some(session) if session.identity == *identity => sessions.remove(id),
+            _ => None,
+        }
+    };
     match removed {
         Some(session) => {
             end_session(state, &session);
             Answer::empty(200)
         }
-        None => Answer::error(404, RpcError::invalid_request("unknown or ended session")),
+        None => unknown_session(),
     }
 }
 
 /// `GET /mcp`: the session's event stream, as server-sent events in chunked encoding,
 /// every event written at once. The stream keeps its connection's thread while it lasts
 /// (one per session: a new one replaces the old).
-pub(super) fn get(state: &Arc<State>, head: &Head, responder: Responder) {
+pub(super) fn get(state: &Arc<State>, head: &Head, identity: &Identity, responder: Responder) {
     // The spec has clients name the stream in `Accept`: one without it is refused too.
     if head.accepts("text/event-stream") != Some(true) {
         let error = RpcError::invalid_request("GET /mcp serves text/event-stream only");
         return respond(responder, Answer::error(406, error));
     }
-    let (session, activity) = match find_session(state, head) {
+    let (session, activity) = match find_session(state, head, identity) {
         Ok(found) => found,
         Err(answer) => {
             // Stateless (2026-07-28) clients have no stream to open.

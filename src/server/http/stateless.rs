@@ -14,6 +14,7 @@ use super::{dispatch, respond, too_many_streams, Answer, State, KEEP_ALIVE};
 use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::protocol::{header_value, sep2663};
 use crate::server::listen::{stream_queue, Ending, Sink, STREAM_QUEUE, STREAM_QUEUE_BYTES};
+use crate::server::Connection;
 
 fn status_of(response: &Value) -> u16 {
     match response.pointer("/error/code").and_then(Value::as_i64) {
@@ -22,11 +23,13 @@ fn status_of(response: &Value) -> u16 {
     }
 }
 
-/// A message for the shared stateless connection, which must only ever see 2026-07-28
-/// requests: every SEP-2663 task is sessionless and lives there, so a 2025-11-25 handler
-/// (`tasks/list`, `tasks/result`, `initialize`) run there would hand them to anyone.
+/// A message for a stateless `connection` (the shared one, or its sender's identity's),
+/// which must only ever see 2026-07-28 requests: SEP-2663 tasks live there, bound to no
+/// session its clients share, so a 2025-11-25 handler (`tasks/list`, `tasks/result`,
+/// `initialize`) run there would hand them to anyone.
 pub(super) fn post_stateless(
     state: &Arc<State>,
+    connection: Arc<Connection>,
     head: &Head,
     responder: Responder,
     message: Message,
@@ -67,11 +70,11 @@ pub(super) fn post_stateless(
     }
     let message = match message {
         Message::Request(request) if request.method == "subscriptions/listen" => {
-            return listen(state, head, responder, request)
+            return listen(state, connection, head, responder, request)
         }
         other => other,
     };
-    dispatch(&state.stateless, responder, message, |response| {
+    dispatch(&connection, responder, message, |response| {
         Answer::json(status_of(&response), response)
     });
 }
@@ -79,14 +82,18 @@ pub(super) fn post_stateless(
 /// `subscriptions/listen`: an event stream of its own carries the subscription's messages
 /// (the acknowledgement, task states, and the result when the server ends it) until it
 /// ends, or its client closes the stream, which ends the subscription. A refusal is a JSON
-/// answer, as for any request.
-fn listen(state: &Arc<State>, head: &Head, responder: Responder, request: jsonrpc::Request) {
+/// answer, as for any request. `connection` is held while the stream lasts, which keeps it
+/// among its identity's (see `auth`).
+fn listen(
+    state: &Arc<State>,
+    connection: Arc<Connection>,
+    head: &Head,
+    responder: Responder,
+    request: jsonrpc::Request,
+) {
     let jsonrpc::Request { id, params, .. } = request;
     let (queue, messages) = stream_queue(STREAM_QUEUE, STREAM_QUEUE_BYTES);
-    let key = match state
-        .stateless
-        .open_listen(&id, params.as_ref(), Sink::Own(queue))
-    {
+    let key = match connection.open_listen(&id, params.as_ref(), Sink::Own(queue)) {
         Ok(key) => key,
         Err(error) => {
             let response = jsonrpc::error_response(Some(&id), &error);
@@ -96,13 +103,13 @@ fn listen(state: &Arc<State>, head: &Head, responder: Responder, request: jsonrp
     // Looked at once the request is found sound: a refusal is JSON, which such a client
     // takes.
     if head.accepts("text/event-stream") == Some(false) {
-        state.stateless.close_listen(key, Ending::Silent);
+        connection.close_listen(key, Ending::Silent);
         let error =
             RpcError::invalid_request("subscriptions/listen answers with text/event-stream");
         return respond(responder, Answer::error(406, error));
     }
     let Some(_slot) = state.streams.claim() else {
-        state.stateless.close_listen(key, Ending::Silent);
+        connection.close_listen(key, Ending::Silent);
         let response = jsonrpc::error_response(Some(&id), &too_many_streams());
         return respond(responder, Answer::json(status_of(&response), response));
     };
@@ -111,7 +118,7 @@ fn listen(state: &Arc<State>, head: &Head, responder: Responder, request: jsonrp
         ("Cache-Control", "no-cache"),
     ];
     let Some(stream) = responder.stream(&fields) else {
-        return state.stateless.close_listen(key, Ending::Silent);
+        return connection.close_listen(key, Ending::Silent);
     };
     let send = |message: String| {
         messages.taken(&message);
@@ -132,7 +139,7 @@ fn listen(state: &Arc<State>, head: &Head, responder: Responder, request: jsonrp
             },
         }
     };
-    state.stateless.close_listen(key, ending);
+    connection.close_listen(key, ending);
     if ending == Ending::Graceful {
         for message in messages.receiver().try_iter() {
             if send(message).is_err() {

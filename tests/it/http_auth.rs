@@ -1,0 +1,299 @@
+//! `HttpOptions::authenticate`: requests it refuses get 401 or 403 with its challenge, and
+//! the tasks of each identity are out of every other identity's reach, over both protocol
+//! revisions, event routing included.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_task_store::server::{Authenticate, HttpOptions, HttpServer, RequestHead, Unauthorized};
+use mcp_task_store::{SessionId, TaskId, TaskStore};
+use serde_json::{json, Value};
+
+use crate::fixtures::demo_http_server;
+use crate::http::{meta_2026, next_event, send, write_request};
+use crate::raw_http::Reply;
+
+const CHALLENGE: &str =
+    r#"Bearer resource_metadata="https://mcp.example/.well-known/oauth-protected-resource""#;
+
+/// Tokens `<name>-token` for alice, bob and carol; `reader-token` is valid but may not use
+/// the server; `boom-token` makes the hook panic.
+fn hook() -> Authenticate {
+    Arc::new(|head: &RequestHead<'_>| match head.bearer_token() {
+        Some(token @ ("alice-token" | "bob-token" | "carol-token")) => {
+            Ok(token.trim_end_matches("-token").to_owned())
+        }
+        Some("reader-token") => Err(Unauthorized::forbidden("this token may not use tools")),
+        Some("boom-token") => panic!("the hook broke"),
+        Some("inject-token") => {
+            Err(Unauthorized::new("no").with_challenge("Bearer\r\nX-Injected: yes"))
+        }
+        _ => Err(Unauthorized::new("a bearer token is required").with_challenge(CHALLENGE)),
+    })
+}
+
+fn start(max_sessions: usize) -> (HttpServer, Arc<dyn TaskStore>) {
+    demo_http_server(HttpOptions {
+        authenticate: Some(hook()),
+        max_sessions,
+        ..HttpOptions::default()
+    })
+}
+
+fn bearer(who: &str) -> String {
+    format!("Bearer {who}-token")
+}
+
+/// A JSON POST as `who` (no credentials for `None`).
+fn post_as(addr: SocketAddr, who: Option<&str>, headers: &[(&str, &str)], body: &Value) -> Reply {
+    let authorization = who.map(bearer);
+    let mut all = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    all.extend(authorization.as_deref().map(|a| ("Authorization", a)));
+    all.extend_from_slice(headers);
+    send(addr, "POST", &all, body.to_string().as_bytes())
+}
+
+fn ping() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+}
+
+/// Opens a 2025-11-25 session as `who`; returns its id.
+fn initialize_as(addr: SocketAddr, who: &str) -> String {
+    let reply = post_as(
+        addr,
+        Some(who),
+        &[],
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.json());
+    reply.header("Mcp-Session-Id").unwrap().to_owned()
+}
+
+/// A 2026-07-28 request as `who`, its routing headers set; `name` is the tool or task.
+fn call_2026(addr: SocketAddr, who: &str, method: &str, name: &str, mut params: Value) -> Reply {
+    params["_meta"] = meta_2026(true);
+    post_as(
+        addr,
+        Some(who),
+        &[("Mcp-Method", method), ("Mcp-Name", name)],
+        &json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}),
+    )
+}
+
+/// Starts a long 2026-07-28 task as `who`; returns its id.
+fn start_task_as(addr: SocketAddr, who: &str) -> String {
+    let task = call_2026(
+        addr,
+        who,
+        "tools/call",
+        "sleep_required",
+        json!({"name": "sleep_required", "arguments": {"ms": 600_000}}),
+    );
+    task.json()["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task in {}", task.json()))
+        .to_owned()
+}
+
+/// What `method` on task `id` gets as `who`: the JSON-RPC answer without its id.
+fn task_request(addr: SocketAddr, who: &str, method: &str, id: &str) -> Value {
+    let mut params = json!({"taskId": id});
+    if method == "tasks/update" {
+        params["inputResponses"] = json!({});
+    }
+    let mut answer = call_2026(addr, who, method, id, params).json();
+    answer.as_object_mut().unwrap().remove("id");
+    answer
+}
+
+/// Opens a task subscription as `who`; returns the stream, its acknowledgement read.
+fn listen_as(addr: SocketAddr, who: &str, task_ids: Value) -> (BufReader<TcpStream>, Value) {
+    let body = json!({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
+                      "params": {"_meta": meta_2026(true), "notifications": {"taskIds": task_ids}}});
+    let stream = write_request(
+        addr,
+        "POST",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Mcp-Method", "subscriptions/listen"),
+            ("Authorization", &bearer(who)),
+        ],
+        body.to_string().as_bytes(),
+    );
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut events = BufReader::new(stream);
+    let mut line = String::new();
+    events.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    while line != "\r\n" {
+        line.clear();
+        events.read_line(&mut line).unwrap();
+    }
+    let ack = next_event(&mut events);
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    let listed = ack["params"]["notifications"]["taskIds"].clone();
+    (events, listed)
+}
+
+#[test]
+fn a_request_the_hook_refuses_gets_401_or_403_with_its_challenge() {
+    let (http, _) = start(1024);
+    let addr = http.local_addr();
+
+    let anonymous = post_as(addr, None, &[], &ping());
+    assert_eq!((anonymous.status, anonymous.code()), (401, -32600));
+    assert_eq!(anonymous.header("WWW-Authenticate"), Some(CHALLENGE));
+    let message = anonymous.json()["error"]["message"].to_string();
+    assert!(message.contains("a bearer token is required"), "{message}");
+    let reader = post_as(addr, Some("reader"), &[], &ping());
+    assert_eq!((reader.status, reader.code()), (403, -32600));
+    assert_eq!(reader.header("WWW-Authenticate"), None);
+    // Every method that reaches MCP is checked, whatever else is wrong with it.
+    assert_eq!(send(addr, "GET", &[], b"").status, 401);
+    assert_eq!(
+        send(addr, "DELETE", &[("Mcp-Session-Id", "x")], b"").status,
+        401
+    );
+    // A CORS preflight carries no credentials, so it is answered as without the hook.
+    let preflight = send(
+        addr,
+        "OPTIONS",
+        &[
+            ("Origin", "http://localhost:6274"),
+            ("Access-Control-Request-Method", "POST"),
+        ],
+        b"",
+    );
+    assert!(
+        preflight.status / 100 == 2,
+        "a preflight got {}",
+        preflight.status
+    );
+
+    // A challenge that would write a header field of its own is not sent.
+    let injected = post_as(addr, Some("inject"), &[], &ping());
+    assert_eq!(injected.status, 401);
+    assert_eq!(injected.header("WWW-Authenticate"), None);
+    assert_eq!(injected.header("X-Injected"), None);
+
+    // A hook that panics refuses the request, and the server carries on.
+    let broken = post_as(addr, Some("boom"), &[], &ping());
+    assert_eq!((broken.status, broken.code()), (500, -32603));
+    initialize_as(addr, "alice");
+}
+
+#[test]
+fn a_session_serves_only_the_identity_that_opened_it() {
+    let (http, _) = start(1024);
+    let addr = http.local_addr();
+    let session = initialize_as(addr, "alice");
+    let created = post_as(
+        addr,
+        Some("alice"),
+        &[("Mcp-Session-Id", &session)],
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "sleep", "arguments": {"ms": 0}, "task": {}}}),
+    );
+    assert!(created.json()["result"]["task"]["taskId"].is_string());
+    let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/list"});
+    let on_session = [("Mcp-Session-Id", session.as_str())];
+
+    // Bob knows the session id, and gets what an unknown session gets, however he asks.
+    let unknown = post_as(addr, Some("bob"), &[("Mcp-Session-Id", "no-such")], &ping());
+    assert_eq!(unknown.status, 404);
+    for body in [ping(), list.clone()] {
+        let reply = post_as(addr, Some("bob"), &on_session, &body);
+        assert_eq!((reply.status, reply.json()), (404, unknown.json()));
+    }
+    let bob = bearer("bob");
+    let as_bob = [("Authorization", bob.as_str()), on_session[0]];
+    let stream = send(
+        addr,
+        "GET",
+        &[as_bob[0], as_bob[1], ("Accept", "text/event-stream")],
+        b"",
+    );
+    assert_eq!(stream.status, 404);
+    assert_eq!(send(addr, "DELETE", &as_bob, b"").status, 404);
+    let batch = post_as(addr, Some("bob"), &on_session, &json!([ping()]));
+    assert_eq!(batch.status, 404);
+
+    // Alice's session is untouched by all that.
+    let listed = post_as(addr, Some("alice"), &on_session, &list);
+    assert_eq!(
+        listed.json()["result"]["tasks"].as_array().unwrap().len(),
+        1
+    );
+    let alice = bearer("alice");
+    let as_alice = [("Authorization", alice.as_str()), on_session[0]];
+    assert_eq!(send(addr, "DELETE", &as_alice, b"").status, 200);
+}
+
+#[test]
+fn a_2026_task_is_out_of_every_other_identitys_reach() {
+    let (http, store) = start(1024);
+    let addr = http.local_addr();
+    let id = start_task_as(addr, "alice");
+    let got = task_request(addr, "alice", "tasks/get", &id);
+    assert_eq!(got["result"]["status"], "working", "{got}");
+
+    // To bob, alice's task is a task that does not exist, whatever he does with it.
+    let nobodys = TaskId::random().to_string();
+    for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
+        let unknown = task_request(addr, "bob", method, &nobodys);
+        assert!(unknown["error"].is_object(), "{method}: {unknown}");
+        let answer = task_request(addr, "bob", method, &id);
+        let answer = answer.to_string().replace(&id, &nobodys);
+        assert_eq!(answer, unknown.to_string(), "{method}");
+    }
+    let (_, listed) = listen_as(addr, "bob", json!([id]));
+    assert_eq!(listed, json!([]));
+
+    // The task is alice's, in the store too (a journal keeps that across restarts), and
+    // still working after all bob tried.
+    let alices = SessionId::new("auth:alice");
+    let task = store.get(id.parse().unwrap(), Some(&alices)).unwrap();
+    assert_eq!(task.status.to_string(), "working");
+    let cancelled = task_request(addr, "alice", "tasks/cancel", &id);
+    assert!(cancelled["result"].is_object(), "{cancelled}");
+}
+
+#[test]
+fn an_identitys_subscription_gets_its_tasks_events_while_other_identities_come_and_go() {
+    // One identity's connection at a time is kept idle: the others are made and dropped
+    // around alice's, which her open subscription keeps.
+    let (http, _) = start(1);
+    let addr = http.local_addr();
+    let bobs = start_task_as(addr, "bob");
+    let alices = start_task_as(addr, "alice");
+    let (mut events, listed) = listen_as(addr, "alice", json!([alices]));
+    assert_eq!(listed, json!([alices]));
+    let first = next_event(&mut events);
+    assert_eq!(first["params"]["status"], "working", "{first}");
+
+    for who in ["carol", "bob", "carol", "bob"] {
+        let answer = call_2026(addr, who, "server/discover", "", json!({}));
+        assert_eq!(answer.status, 200);
+    }
+    // Bob's connection was remade meanwhile: his task is still his.
+    let got = task_request(addr, "bob", "tasks/get", &bobs);
+    assert_eq!(got["result"]["status"], "working", "{got}");
+
+    let cancelled = task_request(addr, "alice", "tasks/cancel", &alices);
+    assert!(cancelled["result"].is_object(), "{cancelled}");
+    let ended = next_event(&mut events);
+    assert_eq!(ended["params"]["status"], "cancelled", "{ended}");
+    assert_eq!(
+        task_request(addr, "bob", "tasks/cancel", &bobs)["result"]["resultType"],
+        "complete"
+    );
+}
