@@ -34,8 +34,10 @@ Store settings (durations take units: 500ms, 90s, 10m, 2h):
     --page-size N                  tasks per tasks/list page [default: 100]
     --max-tasks N                  most tasks the store holds, finished ones included until
                                    their TTL removes them [default: no limit]
-    --max-tasks-per-session N      the same per HTTP 2025-11-25 session (stdio and SEP-2663
-                                   tasks are sessionless) [default: no limit]
+    --max-tasks-per-session N      the same per HTTP 2025-11-25 session, and per identity
+                                   for SEP-2663 tasks with --identity-header (otherwise
+                                   stdio and SEP-2663 tasks are sessionless) [default: no
+                                   limit]
     --expiry fail|remove           what happens to a running task whose TTL runs out:
                                    fail it (its tool is told to stop) and remove it after
                                    --expiry-grace, or remove it at once [default: fail]
@@ -67,6 +69,13 @@ Server settings:
                                    with --http: a 2025-11-25 session idle this long is
                                    ended and its live tasks cancelled [default: 30m]
     --max-body-bytes N             with --http: largest request body [default: 4194304]
+    --identity-header NAME         with --http: each request's sender is the value of its
+                                   header NAME (e.g. X-Forwarded-User), which a reverse
+                                   proxy that authenticates clients sets; tasks and
+                                   sessions are bound to it, and a request without it gets
+                                   401. Only with such a proxy in front, replacing the
+                                   header whatever clients send [default: no identities,
+                                   SEP-2663 task ids are bearer capabilities]
     --promote-after DURATION       how long a SEP-2663 call of a task-optional tool runs
                                    inline before it becomes a task [default: 50ms]
     --workers N                    threads that run tools, at most 4096 [default: 16]
@@ -107,6 +116,7 @@ struct HttpFlags {
     max_sessions: Option<usize>,
     session_idle_timeout: Option<Duration>,
     max_body_bytes: Option<usize>,
+    identity_header: Option<String>,
 }
 
 impl HttpFlags {
@@ -121,6 +131,7 @@ impl HttpFlags {
                 "--session-idle-timeout",
             ),
             (self.max_body_bytes.is_some(), "--max-body-bytes"),
+            (self.identity_header.is_some(), "--identity-header"),
         ]
         .into_iter()
         .find_map(|(given, flag)| given.then_some(flag))
@@ -143,6 +154,17 @@ fn parse_origin(value: &str) -> Result<String, String> {
              (scheme, host and port only, no path or wildcard)"
         )),
     }
+}
+
+/// A header field name (an RFC 9110 token).
+fn parse_header_name(flag: &str, value: &str) -> Result<String, String> {
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if value.is_empty() || !value.chars().all(token) {
+        return Err(format!(
+            "{flag}: '{value}' is not a header name such as X-Forwarded-User"
+        ));
+    }
+    Ok(value.to_string())
 }
 
 fn parse_duration(flag: &str, value: &str) -> Result<Duration, String> {
@@ -305,6 +327,10 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
             "--max-body-bytes" => {
                 let n = parse_http_count(&flag, &value()?)?;
                 options.http_flags.max_body_bytes = Some(n);
+            }
+            "--identity-header" => {
+                let name = parse_header_name(&flag, &value()?)?;
+                options.http_flags.identity_header = Some(name);
             }
             "--data-dir" => {
                 let dir = value()?;
@@ -527,9 +553,17 @@ fn main() -> ExitCode {
 
 #[cfg(feature = "http")]
 fn serve_http(server: Server, addr: std::net::SocketAddr, flags: HttpFlags) -> ExitCode {
-    use mcp_task_store::server::{HttpOptions, HttpServer};
+    use mcp_task_store::server::{HttpOptions, HttpServer, RequestHead, Unauthorized};
     let defaults = HttpOptions::default();
+    let authenticate = flags.identity_header.map(|name| {
+        let hook = move |head: &RequestHead<'_>| match head.header(&name) {
+            Some(identity) if !identity.is_empty() => Ok(identity.to_string()),
+            _ => Err(Unauthorized::new(format!("the {name} header is required"))),
+        };
+        std::sync::Arc::new(hook) as mcp_task_store::server::Authenticate
+    });
     let options = HttpOptions {
+        authenticate,
         allowed_origins: flags.allowed_origins,
         max_connections: flags.max_connections.unwrap_or(defaults.max_connections),
         max_sessions: flags.max_sessions.unwrap_or(defaults.max_sessions),
@@ -652,7 +686,17 @@ fn run_demo(server_args: &[String]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_origin;
+    use super::{parse_header_name, parse_origin};
+
+    #[test]
+    fn only_header_names_are_taken() {
+        for name in ["X-Forwarded-User", "x_user", "X-Auth-Request-Email"] {
+            assert_eq!(parse_header_name("--f", name).as_deref(), Ok(name));
+        }
+        for refused in ["", "X User", "X-User:", "X-Üser", "X\r\nY"] {
+            assert!(parse_header_name("--f", refused).is_err(), "{refused:?}");
+        }
+    }
 
     #[test]
     fn only_origins_are_taken() {

@@ -248,6 +248,14 @@ fn bad_command_lines_are_refused_with_a_message_naming_the_flag() {
             &["--http", "127.0.0.1:0", "--max-body-bytes", "lots"],
             "--max-body-bytes: 'lots' is not a whole number",
         ),
+        (
+            &["--identity-header", "X-Forwarded-User"],
+            "--identity-header has no effect without --http",
+        ),
+        (
+            &["--http", "127.0.0.1:0", "--identity-header", "X-User:"],
+            "--identity-header: 'X-User:' is not a header name",
+        ),
     ];
     for (args, expected) in cases {
         let output = run_with_timeout(args);
@@ -280,8 +288,9 @@ fn the_demo_runs_to_the_end_and_honours_log() {
 }
 
 /// The binary's HTTP flags reach the transport: an origin given with `--allow-origin` gets
-/// CORS (a browser page such as the MCP Inspector's can use the server), and a body over
-/// `--max-body-bytes` is refused.
+/// CORS (a browser page such as the MCP Inspector's can use the server), a body over
+/// `--max-body-bytes` is refused, and with `--identity-header` a request without that
+/// header gets 401 while one with it is served.
 #[test]
 fn the_binarys_http_flags_reach_the_transport() {
     use std::io::{BufRead, BufReader, Read};
@@ -291,7 +300,9 @@ fn the_binarys_http_flags_reach_the_transport() {
             "--allow-origin",
             "http://localhost:6274",
             "--max-body-bytes",
-            "100",
+            "200",
+            "--identity-header",
+            "X-Forwarded-User",
         ])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -326,14 +337,21 @@ fn the_binarys_http_flags_reach_the_transport() {
     );
     let body = format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,
-        "x".repeat(100)
+        "x".repeat(200)
     );
-    let too_big = ask(format!(
-        "POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
-        body.len()
-    ));
+    let post = |identity: &str, body: &str| {
+        ask(format!(
+            "POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\
+             {identity}Connection: close\r\n\r\n{body}",
+            body.len()
+        ))
+    };
+    let user = "X-Forwarded-User: alice\r\n";
+    let too_big = post(user, &body);
+    let initialize = r#"{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+    let anonymous = post("", initialize);
+    let identified = post(user, initialize);
     let _ = child.kill();
     let _ = child.wait();
     assert!(address.is_ok(), "the server never said where it listens");
@@ -343,6 +361,12 @@ fn the_binarys_http_flags_reach_the_transport() {
         "{preflight}"
     );
     assert!(too_big.starts_with("HTTP/1.1 413"), "{too_big}");
+    assert!(anonymous.starts_with("HTTP/1.1 401"), "{anonymous}");
+    assert!(
+        anonymous.contains("the X-Forwarded-User header is required"),
+        "{anonymous}"
+    );
+    assert!(identified.starts_with("HTTP/1.1 200"), "{identified}");
 }
 
 /// Runs the binary with `args` and no input, killing it if it runs past 10 s (a command line
