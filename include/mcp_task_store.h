@@ -510,6 +510,27 @@ mcpts_result mcpts_handle_get_result(const mcpts_handle *handle, const char *tas
 mcpts_result mcpts_handle_list(const mcpts_handle *handle, const char *session, const char *cursor, mcpts_bytes **page_out);
 
 /**
+ * Writes the store's current load to `*stats_out` as JSON: `{"tasks": N, "waiters": N,
+ * "timers": N}`. `tasks` counts the tasks the store holds, of every session (expired
+ * ones not yet reclaimed included); `waiters` the callers blocked in a wait
+ * ([`mcpts_handle_wait`], [`mcpts_handle_wait_input`], a `tasks/result` in
+ * [`mcpts_handle_dispatch`]); `timers` the pending deadlines (task expiries, stale ones
+ * included until they come due, and the timeouts of the waits still blocked). The
+ * counts are read on the store's owner thread and include every change made by a call
+ * that returned before this one began. For monitoring, and for a test that must know
+ * another thread's wait has begun.
+ *
+ * Errors: `NULL_PARAMETER`, `CLOSED`.
+ *
+ * Thread safety: any thread, concurrently with other calls on `handle`.
+ *
+ * # Safety
+ *
+ * `handle` must be NULL or live; `stats_out` NULL or writable.
+ */
+mcpts_result mcpts_handle_stats(const mcpts_handle *handle, mcpts_bytes **stats_out);
+
+/**
  * Cancels a live task (it is `cancelled` before this returns, and its waiters wake) and
  * writes `{"task": {...}, "cancelled": true}` to `*outcome_out`. On a task that is already
  * terminal nothing changes and `cancelled` is `false` (cancel is idempotent). `message`

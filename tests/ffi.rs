@@ -621,6 +621,134 @@ fn store_result_refuses_outcomes_mcp_does_not_allow() {
     }
 }
 
+/// The store's load from `mcpts_handle_stats` as parsed JSON, or the code of the failure
+/// (which must leave the out-parameter alone).
+///
+/// # Safety
+///
+/// `handle` must be NULL or live.
+unsafe fn stats(handle: *const mcpts_handle) -> Result<serde_json::Value, mcpts_result> {
+    let untouched = ptr::NonNull::<mcpts_bytes>::dangling().as_ptr();
+    let mut out = untouched;
+    // SAFETY: per this function's contract; `out` is a live local, freed by `take_json`.
+    match unsafe { mcpts_handle_stats(handle, &mut out) } {
+        mcpts_result::Ok => Ok(unsafe { take_json(out) }),
+        code => {
+            assert_eq!(out, untouched, "a failed stats wrote its out-parameter");
+            Err(code)
+        }
+    }
+}
+
+/// Spins (without sleeping) until at least `n` callers are parked in the fixture's store,
+/// as `mcpts_handle_stats` counts them; fails after 10 s.
+fn until_parked(f: &Fixture, n: u64) {
+    let started = std::time::Instant::now();
+    loop {
+        // SAFETY: the fixture's handle is live.
+        let stats = unsafe { stats(f.handle) }
+            .unwrap_or_else(|code| panic!("stats: {code:?}: {}", last_error()));
+        if stats["waiters"].as_u64().unwrap() >= n {
+            return;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{n} waiter(s) never parked: {stats}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// `mcpts_handle_stats` counts the store's tasks, the callers parked in a wait, and the
+/// pending timers (task expiries and wait timeouts).
+#[test]
+fn stats_count_tasks_waiters_and_timers() {
+    let f = Fixture::with_config(r#"{"default_ttl": "10m"}"#);
+    let counts = |tasks: u64, waiters: u64, timers: u64| serde_json::json!({"tasks": tasks, "waiters": waiters, "timers": timers});
+    // SAFETY (every `stats` call): the fixture's handle is live.
+    assert_eq!(unsafe { stats(f.handle) }, Ok(counts(0, 0, 0)));
+    assert_eq!(last_error(), "");
+    let id = f.create();
+    f.create();
+    // Each task's expiry is a timer.
+    assert_eq!(unsafe { stats(f.handle) }, Ok(counts(2, 0, 2)));
+
+    // The wait runs on a handle of its own: should the test fail first, dropping the
+    // fixture frees the store, which ends the wait, and the thread never outlives a handle.
+    let mut own: *mut mcpts_handle = ptr::null_mut();
+    // SAFETY: the fixture's handle is live; `own` is freed once, by the thread.
+    assert_eq!(
+        unsafe { mcpts_handle_clone(f.handle, &mut own) },
+        mcpts_result::Ok
+    );
+    let own_addr = own as usize;
+    let task_id = id.clone();
+    let waiter = std::thread::spawn(move || {
+        let own = own_addr as *mut mcpts_handle;
+        let mut out: *mut mcpts_bytes = ptr::null_mut();
+        // SAFETY: `own` is this thread's alone and freed once, here; `out` is freed once,
+        // by `take_json`.
+        unsafe {
+            let code = mcpts_handle_wait(own, task_id.as_ptr(), ptr::null(), 60_000, &mut out);
+            mcpts_handle_free(own);
+            (code, (code == mcpts_result::Ok).then(|| take_json(out)))
+        }
+    });
+    until_parked(&f, 1);
+    // The parked wait and its timeout.
+    assert_eq!(unsafe { stats(f.handle) }, Ok(counts(2, 1, 3)));
+
+    let cancelled = call("cancel", |out| unsafe {
+        mcpts_handle_cancel(f.handle, id.as_ptr(), ptr::null(), ptr::null(), out)
+    });
+    assert_eq!(cancelled["cancelled"], true);
+    let (code, task) = waiter.join().unwrap();
+    assert_eq!(code, mcpts_result::Ok, "the wait ended with the cancel");
+    assert_eq!(task.unwrap()["status"], "cancelled");
+    let after = unsafe { stats(f.handle) }.unwrap();
+    assert_eq!((&after["tasks"], &after["waiters"]), (&2.into(), &0.into()));
+}
+
+#[test]
+fn stats_null_parameters() {
+    let f = Fixture::new();
+    // SAFETY: every pointer is NULL or the fixture's live handle.
+    unsafe {
+        assert_eq!(stats(ptr::null()), Err(mcpts_result::NullParameter));
+        assert_eq!(last_error(), "argument 'handle' is NULL");
+        assert_eq!(
+            mcpts_handle_stats(f.handle, ptr::null_mut()),
+            mcpts_result::NullParameter
+        );
+        assert_eq!(last_error(), "argument 'stats_out' is NULL");
+        assert_eq!(
+            mcpts_handle_stats(ptr::null(), ptr::null_mut()),
+            mcpts_result::NullParameter
+        );
+        assert_eq!(last_error(), "argument 'handle' is NULL");
+    }
+}
+
+/// A handle of a freed store gets `CLOSED` from `mcpts_handle_stats`, as from every call.
+#[test]
+fn stats_after_the_store_is_freed_is_closed() {
+    let f = Fixture::new();
+    f.create();
+    let mut handle: *mut mcpts_handle = ptr::null_mut();
+    // SAFETY: the fixture's handle is live; the twin is freed once, below.
+    assert_eq!(
+        unsafe { mcpts_handle_clone(f.handle, &mut handle) },
+        mcpts_result::Ok
+    );
+    drop(f);
+    // SAFETY: the twin outlives its store; freed once, here.
+    unsafe {
+        assert_eq!(stats(handle), Err(mcpts_result::Closed));
+        assert_eq!(last_error(), "the task store is closed");
+        mcpts_handle_free(handle);
+    }
+}
+
 /// A `tasks/result` waiting in `mcpts_handle_dispatch` when its store is freed returns
 /// `CLOSED`, like every other wait, rather than `OK` with a JSON-RPC error.
 #[test]

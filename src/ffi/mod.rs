@@ -82,7 +82,7 @@ pub use store::{
     mcpts_handle, mcpts_handle_cancel, mcpts_handle_clone, mcpts_handle_create,
     mcpts_handle_dispatch, mcpts_handle_dispatch_timeout, mcpts_handle_free, mcpts_handle_get,
     mcpts_handle_get_result, mcpts_handle_list, mcpts_handle_resolve_input,
-    mcpts_handle_set_input_requests, mcpts_handle_store_result, mcpts_handle_update_status,
-    mcpts_handle_wait, mcpts_handle_wait_input, mcpts_store, mcpts_store_free, mcpts_store_handle,
-    mcpts_store_new, MCPTS_WAIT_FOREVER,
+    mcpts_handle_set_input_requests, mcpts_handle_stats, mcpts_handle_store_result,
+    mcpts_handle_update_status, mcpts_handle_wait, mcpts_handle_wait_input, mcpts_store,
+    mcpts_store_free, mcpts_store_handle, mcpts_store_new, MCPTS_WAIT_FOREVER,
 };

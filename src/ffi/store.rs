@@ -16,6 +16,7 @@ use super::dispatch::DispatchStore;
 use super::error::{mcpts_result, parse_object, Error};
 use crate::model::forks;
 use crate::protocol::RpcError;
+use crate::store::StoreStats;
 use crate::{
     CancelOutcome, CreateTask, InputRequests, InputResponses, Origin, Outcome, SessionId, Store,
     StoreError, StoreHandle, Task, TaskPage, TaskResult, TaskStatus,
@@ -674,6 +675,64 @@ pub unsafe extern "C" fn mcpts_handle_list(
             next_cursor: next_cursor.as_deref(),
         };
         unsafe { page_out.write(mcpts_bytes::json(&page)?) };
+        Ok(())
+    })
+}
+
+/// The JSON shape of a store's load: `{"tasks": N, "waiters": N, "timers": N}`.
+#[derive(Serialize)]
+struct StatsJson {
+    tasks: usize,
+    waiters: usize,
+    timers: usize,
+}
+
+impl From<StoreStats> for StatsJson {
+    fn from(stats: StoreStats) -> Self {
+        // Exhaustive on purpose: a new counter must be placed in the JSON (or left out) here.
+        let StoreStats {
+            tasks,
+            waiters,
+            timers,
+        } = stats;
+        StatsJson {
+            tasks,
+            waiters,
+            timers,
+        }
+    }
+}
+
+/// Writes the store's current load to `*stats_out` as JSON: `{"tasks": N, "waiters": N,
+/// "timers": N}`. `tasks` counts the tasks the store holds, of every session (expired
+/// ones not yet reclaimed included); `waiters` the callers blocked in a wait
+/// ([`mcpts_handle_wait`], [`mcpts_handle_wait_input`], a `tasks/result` in
+/// [`mcpts_handle_dispatch`]); `timers` the pending deadlines (task expiries, stale ones
+/// included until they come due, and the timeouts of the waits still blocked). The
+/// counts are read on the store's owner thread and include every change made by a call
+/// that returned before this one began. For monitoring, and for a test that must know
+/// another thread's wait has begun.
+///
+/// Errors: `NULL_PARAMETER`, `CLOSED`.
+///
+/// Thread safety: any thread, concurrently with other calls on `handle`.
+///
+/// # Safety
+///
+/// `handle` must be NULL or live; `stats_out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_handle_stats(
+    handle: *const mcpts_handle,
+    stats_out: *mut *mut mcpts_bytes,
+) -> mcpts_result {
+    ffi_boundary!(fallible {
+        // SAFETY: per this function's contract.
+        let handle = unsafe { arg_ref(handle, "handle") }?;
+        let stats_out = Out::new(stats_out, "stats_out")?;
+        let stats = handle.live()?.stats()?;
+        let bytes = mcpts_bytes::json(&StatsJson::from(stats))?;
+        // SAFETY: per this function's contract.
+        unsafe { stats_out.write(bytes) };
         Ok(())
     })
 }

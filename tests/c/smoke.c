@@ -508,6 +508,13 @@ int main(void) {
     EXPECT(MCPTS_RESULT_INVALID_CURSOR, mcpts_handle_list(h, NULL, "garbage", &out));
     CHECK(out == SENTINEL);
 
+    /* stats: the store's load, every session's tasks, nobody waiting */
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_stats(NULL, &out));
+    EXPECT(MCPTS_RESULT_NULL_PARAMETER, mcpts_handle_stats(h, NULL));
+    CHECK(out == SENTINEL);
+    OK(mcpts_handle_stats(h2, &out));
+    JSON_HAS(out, "\"waiters\":0,");
+
     /* limits, on a second store */
     const char *tight = "{\"max_tasks_per_session\": 1, \"expiry\": \"remove\"}";
     mcpts_store *store2 = NULL;
@@ -564,6 +571,7 @@ int main(void) {
     MENTIONS("closed");
     EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_get(h, d, NULL, &out));
     EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_list(h2, NULL, NULL, &out));
+    EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_stats(h2, &out));
     EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_wait(h2, d, NULL, MCPTS_WAIT_FOREVER, &out));
     EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_cancel(h, d, NULL, NULL, &out));
     EXPECT(MCPTS_RESULT_CLOSED, mcpts_handle_update_status(h, d, NULL, "failed", NULL, &out));

@@ -52,6 +52,7 @@ def child(lib, store, handle, events, task_id):
         ),
         "clone": lambda: lib.mcpts_handle_clone(handle, ctypes.byref(twin)),
         "store_handle": lambda: lib.mcpts_store_handle(store, ctypes.byref(twin)),
+        "stats": lambda: lib.mcpts_handle_stats(handle, ctypes.byref(out)),
         "subscribe": lambda: lib.mcpts_handle_subscribe(handle, ctypes.byref(subscription)),
         "events_next": lambda: lib.mcpts_events_next(events, WAIT_FOREVER, ctypes.byref(out)),
     }

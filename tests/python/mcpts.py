@@ -48,6 +48,7 @@ def load(path):
         "mcpts_handle_wait": (u32, [h, u8p, u8p, u64, ctypes.POINTER(b)]),
         "mcpts_handle_cancel": (u32, [h, u8p, u8p, u8p, ctypes.POINTER(b)]),
         "mcpts_handle_dispatch": (u32, [h, u8p, size, u8p, ctypes.POINTER(b)]),
+        "mcpts_handle_stats": (u32, [h, ctypes.POINTER(b)]),
         "mcpts_handle_subscribe": (u32, [h, ctypes.POINTER(e)]),
         "mcpts_events_next": (u32, [e, u64, ctypes.POINTER(b)]),
         "mcpts_events_free": (None, [e]),
