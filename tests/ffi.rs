@@ -775,7 +775,7 @@ fn dispatch_waiting_when_the_store_is_freed_is_closed() {
         };
         (code, last_error(), out.is_null())
     });
-    std::thread::sleep(std::time::Duration::from_millis(100));
+    until_parked(&f, 1);
     drop(f);
     let (code, message, untouched) = waiter.join().unwrap();
     // SAFETY: from the library, freed once; the waiter is done with it.
@@ -861,8 +861,10 @@ fn dispatch_timeout_bounds_tasks_result() {
     assert_eq!(response.unwrap()["error"]["code"], -32603);
 
     // A task that ends within the timeout is answered with its result.
+    // The earlier waits have ended (the store forgets a wait before it answers it), so the
+    // one waiter it counts is this one.
     let waiter = dispatch_on_thread(&f, request(3), 10_000);
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    until_parked(&f, 1);
     let outcome = br#"{"result": {"content": []}}"#;
     let mut task: *mut mcpts_bytes = ptr::null_mut();
     // SAFETY: the handle, id and outcome are live; `task` is freed once.
@@ -1102,20 +1104,28 @@ fn events_reader_blocked_when_the_store_is_freed_gets_closed() {
     let events = subscribe(&f);
     let events_addr = events as usize;
     let (done, outcome) = std::sync::mpsc::channel();
+    let (read, was_read) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let events = events_addr as *const mcpts_events;
         let mut kinds = Vec::new();
         // SAFETY: the subscription is freed only after this thread reports.
         let code = loop {
             match unsafe { next_event(events, MCPTS_WAIT_FOREVER) } {
-                Ok(event) => kinds.push(event["type"].as_str().unwrap().to_owned()),
+                Ok(event) => {
+                    kinds.push(event["type"].as_str().unwrap().to_owned());
+                    let _ = read.send(());
+                }
                 Err(code) => break code,
             }
         };
         let _ = done.send((code, last_error(), kinds));
     });
     f.create();
-    std::thread::sleep(std::time::Duration::from_millis(100));
+    join_within(was_read).expect("the reader did not get the created event within 10 s");
+    // The reader is on its way back into `mcpts_events_next`, with nothing queued. Whether
+    // it blocks there before the store is freed (the case this test is after) or only
+    // gets there after, it reads `CLOSED` with the same message: a freed store's
+    // subscription with an empty queue answers that at once.
     drop(f);
     let (code, message, kinds) =
         join_within(outcome).expect("a reader was still blocked 10 s after the store was freed");
