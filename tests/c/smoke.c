@@ -4,6 +4,8 @@
  */
 #include <dirent.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,7 +143,7 @@ static void expect_event(mcpts_events *events, const char *type, const char *nee
 
 struct reader {
     mcpts_events *events;
-    int seen;
+    atomic_int seen; /* read by the main thread while this one runs */
     mcpts_result result;
 };
 
@@ -158,6 +160,28 @@ static void *read_until_closed(void *arg) {
         r->seen++;
         mcpts_bytes_free(event);
     }
+}
+
+/* Spins until `done` holds, failing after 10 s: waits on a condition another thread makes
+   true, never for a guessed while. */
+#define SPIN_UNTIL(done, what)                                                          \
+    do {                                                                                \
+        struct timespec start_, now_;                                                   \
+        CHECK(clock_gettime(CLOCK_MONOTONIC, &start_) == 0);                            \
+        while (!(done)) {                                                               \
+            CHECK(clock_gettime(CLOCK_MONOTONIC, &now_) == 0);                          \
+            if (now_.tv_sec - start_.tv_sec > 10) FAIL("%s within 10 s", (what));       \
+            sched_yield();                                                              \
+        }                                                                               \
+    } while (0)
+
+/* Whether the store counts a caller parked in a wait. */
+static int someone_waits(const mcpts_handle *h) {
+    mcpts_bytes *stats = NULL;
+    OK(mcpts_handle_stats(h, &stats));
+    int waits = strstr(mcpts_bytes_data(stats), "\"waiters\":0,") == NULL;
+    mcpts_bytes_free(stats);
+    return waits;
 }
 
 static void result_names(void) {
@@ -540,14 +564,16 @@ int main(void) {
     pthread_t thread, reading;
     CHECK(pthread_create(&thread, NULL, wait_forever, &w) == 0);
     CHECK(pthread_create(&reading, NULL, read_until_closed, &r) == 0);
-    struct timespec pause = {0, 100 * 1000 * 1000};
-    nanosleep(&pause, NULL);
+    /* Free only once the waiter is parked and the reader has its event (it may not be
+       blocked again yet; it then reads CLOSED without blocking, just the same). */
+    SPIN_UNTIL(someone_waits(h), "the waiter did not park");
+    SPIN_UNTIL(atomic_load(&r.seen) == 1, "the reader did not get its event");
     mcpts_store_free(store);
     CHECK(pthread_join(thread, NULL) == 0);
     CHECK(pthread_join(reading, NULL) == 0);
     if (w.result != MCPTS_RESULT_CLOSED) FAIL("waiter got %s", mcpts_result_name(w.result));
     if (r.result != MCPTS_RESULT_CLOSED) FAIL("reader got %s", mcpts_result_name(r.result));
-    CHECK(r.seen == 1);
+    CHECK(atomic_load(&r.seen) == 1);
     EXPECT(MCPTS_RESULT_CLOSED, mcpts_events_next(late, MCPTS_WAIT_FOREVER, &event));
     MENTIONS("every event");
     CHECK(event == SENTINEL);
