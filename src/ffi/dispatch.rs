@@ -82,6 +82,14 @@ impl TaskStore for DispatchStore<'_> {
     ) -> Result<Task, StoreError> {
         self.note(self.handle.update_status(id, session, status, message))
     }
+    fn set_status_message(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        message: Option<String>,
+    ) -> Result<Task, StoreError> {
+        self.note(self.handle.set_status_message(id, session, message))
+    }
     fn store_result(
         &self,
         id: TaskId,

@@ -383,9 +383,8 @@ impl TaskContext {
         let Some(id) = self.task_id() else {
             return Ok(());
         };
-        let task = self.store.get(id, self.session.as_ref())?;
         self.store
-            .update_status(id, self.session.as_ref(), task.status, Some(message.into()))
+            .set_status_message(id, self.session.as_ref(), Some(message.into()))
             .map(|_| ())
     }
 

@@ -72,6 +72,12 @@ pub(crate) enum Command {
         message: Option<String>,
         reply: Reply<Task>,
     },
+    SetStatusMessage {
+        id: TaskId,
+        session: Option<SessionId>,
+        message: Option<String>,
+        reply: Reply<Task>,
+    },
     StoreResult {
         id: TaskId,
         session: Option<SessionId>,
@@ -517,6 +523,15 @@ impl StoreActor {
                 reply,
             } => {
                 let result = m.update_status(now, id, session.as_ref(), status, message);
+                out.answer(m, reply, result);
+            }
+            Command::SetStatusMessage {
+                id,
+                session,
+                message,
+                reply,
+            } => {
+                let result = m.set_status_message(now, id, session.as_ref(), message);
                 out.answer(m, reply, result);
             }
             Command::StoreResult {

@@ -39,6 +39,19 @@ pub trait TaskStore: Send + Sync {
         status: TaskStatus,
         message: Option<String>,
     ) -> Result<Task, StoreError>;
+    /// Sets a live task's status message (`None` clears it) and keeps its status; terminal
+    /// tasks refuse with `InvalidTransition`. The default reads the status and writes it
+    /// back, so a status change made in between by another caller is undone: a store that
+    /// can do both in one step should (the crate's own store does).
+    fn set_status_message(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        message: Option<String>,
+    ) -> Result<Task, StoreError> {
+        let status = self.get(id, session)?.status;
+        self.update_status(id, session, status, message)
+    }
     /// Ends a live task as `completed` or `failed` with its outcome (a JSON-RPC error only
     /// as `failed`); on a terminal task nothing changes and `AlreadyTerminal` carries it.
     fn store_result(
@@ -161,6 +174,14 @@ impl TaskStore for StoreHandle {
         message: Option<String>,
     ) -> Result<Task, StoreError> {
         StoreHandle::update_status(self, id, session, status, message)
+    }
+    fn set_status_message(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        message: Option<String>,
+    ) -> Result<Task, StoreError> {
+        StoreHandle::set_status_message(self, id, session, message)
     }
     fn store_result(
         &self,

@@ -385,6 +385,23 @@ impl StoreHandle {
         })
     }
 
+    /// Sets a live task's status message and keeps its status, in one step (see
+    /// [`StoreMachine::set_status_message`]).
+    pub fn set_status_message(
+        &self,
+        id: TaskId,
+        session: Option<&SessionId>,
+        message: Option<String>,
+    ) -> Result<Task, StoreError> {
+        let session = session.cloned();
+        self.call(|reply| Command::SetStatusMessage {
+            id,
+            session,
+            message,
+            reply,
+        })
+    }
+
     /// Ends a live task as `completed` or `failed` with its outcome (a JSON-RPC error only
     /// as `failed`, else `InvalidArgument`, as for an outcome nested deeper than
     /// [`MAX_PAYLOAD_DEPTH`](crate::MAX_PAYLOAD_DEPTH)); first writer wins.

@@ -210,6 +210,35 @@ fn exactly_one_winner_among_racing_completions_and_cancels() {
     }
 }
 
+/// A tool's progress messages racing a status change (a question asked from another of its
+/// threads) never undo the change.
+#[test]
+fn a_status_message_never_undoes_a_concurrent_status_change() {
+    let store = Store::builder().build().unwrap();
+    for round in 0..200 {
+        let id = store.create(CreateTask::new()).unwrap().task_id;
+        let start = Arc::new(Barrier::new(2));
+        let reporter = {
+            let handle = store.handle();
+            let start = start.clone();
+            thread::spawn(move || {
+                start.wait();
+                for step in 0..20 {
+                    let message = Some(format!("step {step}"));
+                    TaskStore::set_status_message(&handle, id, None, message).unwrap();
+                }
+            })
+        };
+        start.wait();
+        store
+            .update_status(id, None, TaskStatus::InputRequired, None)
+            .unwrap();
+        reporter.join().unwrap();
+        let task = store.get(id, None).unwrap();
+        assert_eq!(task.status, TaskStatus::InputRequired, "round {round}");
+    }
+}
+
 #[test]
 fn ten_parallel_creates_give_ten_distinct_ids() {
     let store = Store::builder().build().unwrap();

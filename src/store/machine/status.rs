@@ -1,4 +1,5 @@
 //! Status changes and results: [`update_status`](StoreMachine::update_status),
+//! [`set_status_message`](StoreMachine::set_status_message),
 //! [`store_result`](StoreMachine::store_result), [`cancel`](StoreMachine::cancel) and the
 //! cancellation token; and `finish`, the one way a task becomes terminal (it wakes the
 //! task's waiters and, on a cancel or an expiry, fires its token), used by expiry and
@@ -48,6 +49,21 @@ impl<W> StoreMachine<W> {
         entry.status_message = message.map(String::into_boxed_str);
         entry.stamp(now);
         Ok(self.changed(id))
+    }
+
+    /// Sets a live task's status message (`None` clears it) and keeps its status, which is
+    /// read and written back in one step: a status change made meanwhile by another caller
+    /// (a question asked, a cancel) is never undone. Terminal tasks refuse with
+    /// `InvalidTransition`.
+    pub fn set_status_message(
+        &mut self,
+        now: Now,
+        id: TaskId,
+        session: Option<&SessionId>,
+        message: Option<String>,
+    ) -> Result<Task, StoreError> {
+        let status = self.get(now, id, session)?.status;
+        self.update_status(now, id, session, status, message)
     }
 
     /// Ends a live task as `completed` or `failed` with its outcome (a JSON-RPC error only

@@ -416,6 +416,44 @@ fn expiry_policy_remove_drops_a_running_task_at_its_deadline() {
 }
 
 #[test]
+fn a_status_message_keeps_whatever_status_the_task_has() {
+    let mut m = machine(config());
+    create_in(&mut m, 0, 1, "s");
+    let s = Some(session("s"));
+    m.set_input_requests(at(1), id(1), s.as_ref(), requests(&["q"]))
+        .unwrap();
+    let task = m
+        .set_status_message(at(2), id(1), s.as_ref(), Some("asked".into()))
+        .unwrap();
+    assert_eq!(task.status, TaskStatus::InputRequired);
+    assert_eq!(task.status_message.as_deref(), Some("asked"));
+    assert_eq!(
+        m.get_detail(at(2), id(1), s.as_ref())
+            .unwrap()
+            .input_requests
+            .len(),
+        1
+    );
+    let cleared = m
+        .set_status_message(at(3), id(1), s.as_ref(), None)
+        .unwrap();
+    assert_eq!(
+        (cleared.status, cleared.status_message),
+        (TaskStatus::InputRequired, None)
+    );
+    // Sessions are strict, and a finished task's message is final.
+    assert_eq!(
+        m.set_status_message(at(4), id(1), None, Some("x".into())),
+        Err(StoreError::NotFound)
+    );
+    m.cancel(at(5), id(1), s.as_ref(), None).unwrap();
+    assert!(matches!(
+        m.set_status_message(at(6), id(1), s.as_ref(), Some("late".into())),
+        Err(StoreError::InvalidTransition { .. })
+    ));
+}
+
+#[test]
 fn expiry_wakes_every_waiter() {
     let mut m = machine(StoreConfig {
         expiry: ExpiryPolicy::Remove,
