@@ -125,11 +125,11 @@ function freePort() {
     });
 }
 
-/** Launches the server with --http and waits (bounded) until it says it is serving. */
-async function startHttpServer() {
+/** Launches the server with --http (and `extraArgs`) and waits (bounded) until it says it is serving. */
+async function startHttpServer(extraArgs = []) {
     const [command, ...args] = SERVER_CMD;
     const port = await freePort();
-    const child = spawn(command, [...args, '--http', `127.0.0.1:${port}`], { cwd: HERE, stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn(command, [...args, '--http', `127.0.0.1:${port}`, ...extraArgs], { cwd: HERE, stdio: ['ignore', 'ignore', 'pipe'] });
     const stderr = new StderrLines(child.stderr);
     const exited = new Promise((_, reject) => child.once('exit', code => reject(new Error(`server exited early (code ${code})\n${stderr.tail()}`))));
     await Promise.race([stderr.waitFor(line => line.includes('serving MCP tasks at http://'), 10_000, 'the HTTP server to start'), exited]);
@@ -685,5 +685,51 @@ test(
                 await thief.body?.cancel().catch(() => {});
             }
         });
+    }
+);
+
+test(
+    '12. HTTP with --identity-header: each identity sees only its own tasks, a session is its opener\'s alone, and a request without an identity gets 401',
+    { timeout: TEST_TIMEOUT_MS, skip: TRANSPORT !== 'http' && 'identities are an HTTP feature' },
+    async t => {
+        const { child, stderr, url } = await startHttpServer(['--identity-header', 'X-Forwarded-User']);
+        const clients = [];
+        const connect = async (user, sessionId) => {
+            const headers = user ? { 'X-Forwarded-User': user } : {};
+            const transport = new StreamableHTTPClientTransport(url, { requestInit: { headers }, sessionId });
+            const client = new Client({ name: `interop-${user ?? 'anonymous'}`, version: '0.1.0' }, { capabilities: {} });
+            clients.push(client);
+            await client.connect(transport, { timeout: REQUEST_TIMEOUT_MS });
+            return { client, tasks: client.experimental.tasks, transport };
+        };
+        try {
+            const alice = await connect('alice');
+            const bob = await connect('bob');
+            const created = await createToolTask(alice.tasks, 'sleep', { ms: 60_000 });
+            const listed = await alice.tasks.listTasks(undefined, { timeout: REQUEST_TIMEOUT_MS });
+            assert.deepEqual(listed.tasks.map(task => task.taskId), [created.taskId]);
+            assert.deepEqual((await bob.tasks.listTasks(undefined, { timeout: REQUEST_TIMEOUT_MS })).tasks, []);
+            await expectMcpError(bob.tasks.getTask(created.taskId, { timeout: REQUEST_TIMEOUT_MS }), ErrorCode.InvalidParams, 'bob gets alice\'s task');
+
+            // Bob, holding alice's session id, is refused as if the session did not exist.
+            const hijack = await connect('bob', alice.transport.sessionId);
+            const stolen = await settle(hijack.tasks.listTasks(undefined, { timeout: REQUEST_TIMEOUT_MS }));
+            assert.ok(stolen.error, `bob listed alice's session: ${JSON.stringify(stolen.result)}`);
+            assert.match(String(stolen.error.message), /404|not found|session/i, describeOutcome(stolen));
+            assert.equal((await alice.tasks.getTask(created.taskId, { timeout: REQUEST_TIMEOUT_MS })).status, 'working');
+
+            const anonymous = await settle(connect(undefined));
+            assert.ok(anonymous.error, 'a client without an identity connected');
+            assert.match(String(anonymous.error.message), /401|unauthori[sz]ed|X-Forwarded-User/i, describeOutcome(anonymous));
+
+            const cancelled = await alice.tasks.cancelTask(created.taskId, { timeout: REQUEST_TIMEOUT_MS });
+            assert.equal(cancelled.status, 'cancelled');
+        } catch (err) {
+            t.diagnostic(`server stderr tail:\n${stderr.tail()}`);
+            throw err;
+        } finally {
+            for (const client of clients) await client.close().catch(() => {});
+            child.kill();
+        }
     }
 );
