@@ -49,6 +49,8 @@ pub(super) struct Config {
     /// SEP-2663: subscribe to a followed task's status notifications (see
     /// [`ClientBuilder::task_notifications`]).
     pub(super) task_notifications: bool,
+    /// Header fields sent with every HTTP request (see [`ClientBuilder::http_header`]).
+    pub(super) http_headers: Vec<(String, String)>,
 }
 
 /// Configures and connects a [`Client`].
@@ -82,6 +84,7 @@ impl Default for ClientBuilder {
                 client_version: env!("CARGO_PKG_VERSION").to_owned(),
                 declared: Map::new(),
                 task_notifications: true,
+                http_headers: Vec::new(),
             },
             handlers: Handlers::default(),
         }
@@ -93,6 +96,18 @@ impl ClientBuilder {
     /// [`Revision::Sep2663`] (`server/discover`, the tasks extension on protocol 2026-07-28).
     pub fn revision(mut self, revision: Revision) -> Self {
         self.config.revision = revision;
+        self
+    }
+
+    /// Over HTTP, sends the header field `name: value` with every request of the client
+    /// (its `POST`s, its `GET` event stream, the `DELETE` that ends its session): the
+    /// credentials of a server that authenticates clients, say `("Authorization",
+    /// "Bearer …")`. Call it again for more fields. [`connect_http`](Self::connect_http)
+    /// refuses (with [`ClientError::Unsupported`]) a name that is not a header name or is
+    /// one the transport sets itself (`Host`, `Content-Type`, `Mcp-Session-Id`...), and a
+    /// value holding a line break or another control character. Ignored over stdio.
+    pub fn http_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        (self.config.http_headers).push((name.into(), value.into()));
         self
     }
 
@@ -276,6 +291,7 @@ impl ClientBuilder {
             self.config.revision,
             shared.clone(),
             self.config.request_timeout,
+            &self.config.http_headers,
         )?;
         self.finish(shared, jobs, Arc::new(transport))
     }

@@ -297,3 +297,44 @@ fn an_identitys_subscription_gets_its_tasks_events_while_other_identities_come_a
         "complete"
     );
 }
+
+/// The crate's own client sends its credentials with [`ClientBuilder::http_header`]: over
+/// either revision it runs a task under its identity, which another identity cannot see,
+/// and without credentials it cannot connect.
+///
+/// [`ClientBuilder::http_header`]: mcp_task_store::client::ClientBuilder::http_header
+#[test]
+fn the_crates_client_sends_its_credentials_with_every_request() {
+    use mcp_task_store::client::{Client, ClientError, Revision};
+    let (http, _) = start(1024);
+    let url = format!("http://{}/mcp", http.local_addr());
+    let connect = |revision, who: &str| {
+        Client::builder()
+            .revision(revision)
+            .http_header("Authorization", bearer(who))
+            .connect_http(&url)
+    };
+    for revision in [Revision::V2025, Revision::Sep2663] {
+        let alice = connect(revision, "alice").unwrap();
+        let result = alice.call_tool("sleep_required", json!({"ms": 0})).unwrap();
+        assert_eq!(result["content"][0]["text"], "slept 0 ms", "{revision:?}");
+        let bob = connect(revision, "bob").unwrap();
+        let id = start_task_as(http.local_addr(), "alice");
+        let refused = bob.get_task(&id).unwrap_err();
+        assert!(refused.rpc_error().is_some(), "{revision:?}: {refused}");
+        // Alice's own 2026-07-28 task, which her 2025-11-25 session does not hold.
+        let own = alice.get_task(&id);
+        assert_eq!(
+            own.is_ok(),
+            revision == Revision::Sep2663,
+            "{revision:?}: {own:?}"
+        );
+        task_request(http.local_addr(), "alice", "tasks/cancel", &id);
+
+        let anonymous = Client::builder().revision(revision).connect_http(&url);
+        match anonymous {
+            Err(ClientError::Http { status: 401, .. }) | Err(ClientError::Rpc(_)) => {}
+            other => panic!("{revision:?}: connected without credentials: {other:?}"),
+        }
+    }
+}

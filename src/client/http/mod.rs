@@ -176,10 +176,11 @@ impl HttpTransport {
         revision: Revision,
         shared: Arc<Shared>,
         request_timeout: Duration,
+        extra_headers: &[(String, String)],
     ) -> Result<HttpTransport, ClientError> {
         Ok(HttpTransport {
             inner: Arc::new(Inner {
-                endpoint: Endpoint::parse(url)?,
+                endpoint: Endpoint::parse(url)?.with_headers(extra_headers)?,
                 revision,
                 shared,
                 session: Mutex::new(None),

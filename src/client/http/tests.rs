@@ -586,6 +586,68 @@ fn every_message_after_initialize_carries_the_negotiated_version() {
     assert!(seen.iter().any(|r| r.method() == "DELETE"), "{versions:?}");
 }
 
+#[test]
+fn configured_header_fields_go_with_every_request() {
+    let server = fake_server(|request| match request.method() {
+        "GET" => Some(format!("{EVENT_STREAM}: open\n\n{HOLD}")),
+        _ => session_basics(request).or_else(|| {
+            let answer = json!({"jsonrpc": "2.0", "id": request.body["id"], "result": {}});
+            Some(json_reply("200 OK", &answer, ""))
+        }),
+    });
+    let client = Client::builder()
+        .http_header("Authorization", "Bearer t0k")
+        .http_header("X-Tenant", "blue")
+        .connect_http(&server.url)
+        .unwrap();
+    client.request("ping", json!({})).unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut seen: Vec<Seen> = Vec::new();
+    let mut collect_until = |method: &str| {
+        while !seen.iter().any(|r| r.method() == method) {
+            let request = server.seen.recv_deadline(until);
+            seen.push(request.unwrap_or_else(|_| panic!("no {method} within 5 s")));
+        }
+    };
+    collect_until("GET");
+    drop(client);
+    collect_until("DELETE");
+    assert!(
+        seen.len() >= 5,
+        "initialize, initialized, ping, GET, DELETE: {seen:?}"
+    );
+    for request in &seen {
+        assert_eq!(
+            request.header("Authorization"),
+            Some("Bearer t0k"),
+            "{request:?}"
+        );
+        assert_eq!(request.header("X-Tenant"), Some("blue"), "{request:?}");
+    }
+}
+
+#[test]
+fn header_fields_the_transport_sets_or_cannot_send_are_refused() {
+    for (name, value) in [
+        ("Mcp-Session-Id", "s9"),
+        ("content-length", "5"),
+        ("Host", "elsewhere"),
+        ("X Tenant", "blue"),
+        ("", "blue"),
+        ("X-Tenant", "blue\r\nX-Injected: yes"),
+    ] {
+        // Refused before any connection is tried (nothing listens on port 9).
+        let error = Client::builder()
+            .http_header(name, value)
+            .connect_http("http://127.0.0.1:9/mcp")
+            .unwrap_err();
+        assert!(
+            matches!(error, ClientError::Unsupported(_)),
+            "{name:?}: {error}"
+        );
+    }
+}
+
 /// A transport of its own (no client around it), whose idle timeout is `idle`.
 fn transport(
     server: &FakeServer,
@@ -594,7 +656,7 @@ fn transport(
 ) -> (HttpTransport, Arc<Shared>, Receiver<Work>) {
     let (shared, jobs) = Shared::new();
     let mut transport =
-        HttpTransport::new(&server.url, revision, shared.clone(), Duration::MAX).unwrap();
+        HttpTransport::new(&server.url, revision, shared.clone(), Duration::MAX, &[]).unwrap();
     Arc::get_mut(&mut transport.inner).unwrap().idle = idle;
     (transport, shared, jobs)
 }

@@ -21,7 +21,25 @@ pub(super) struct Endpoint {
     pub(super) authority: String,
     /// The request target (`/mcp`).
     pub(super) path: String,
+    /// Fields the user asked to send with every request (credentials, say).
+    pub(super) extra_headers: Vec<(String, String)>,
 }
+
+/// Header fields the transport writes itself: one given again would contradict it (a
+/// second `Content-Length` is request smuggling) or undo it (a session id).
+const OWN_HEADERS: &[&str] = &[
+    "Host",
+    "Connection",
+    "Content-Length",
+    "Transfer-Encoding",
+    "Content-Type",
+    "Accept",
+    "Mcp-Session-Id",
+    "MCP-Protocol-Version",
+    "Mcp-Method",
+    "Mcp-Name",
+    "Last-Event-ID",
+];
 
 impl Endpoint {
     pub(super) fn parse(url: &str) -> Result<Endpoint, ClientError> {
@@ -69,7 +87,38 @@ impl Endpoint {
             Some(_) => authority.to_owned(),
             None => format!("{authority}:80"),
         };
-        Ok(Endpoint { authority, path })
+        Ok(Endpoint {
+            authority,
+            path,
+            extra_headers: Vec::new(),
+        })
+    }
+
+    /// The endpoint, with `headers` sent on every request, once each is found sendable.
+    pub(super) fn with_headers(
+        mut self,
+        headers: &[(String, String)],
+    ) -> Result<Endpoint, ClientError> {
+        for (name, value) in headers {
+            let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            if name.is_empty() || !name.bytes().all(token) {
+                return Err(ClientError::Unsupported(format!(
+                    "http_header: {name:?} is not a header field name"
+                )));
+            }
+            if OWN_HEADERS.iter().any(|own| own.eq_ignore_ascii_case(name)) {
+                return Err(ClientError::Unsupported(format!(
+                    "http_header: the transport sets {name} itself"
+                )));
+            }
+            if !header_safe(value) {
+                return Err(ClientError::Unsupported(format!(
+                    "http_header: the value of {name} holds a control character"
+                )));
+            }
+        }
+        self.extra_headers = headers.to_vec();
+        Ok(self)
     }
 
     fn connect(&self, timeout: Duration) -> io::Result<TcpStream> {
@@ -306,7 +355,12 @@ pub(super) fn exchange(
         "{method} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
         endpoint.path, endpoint.authority
     );
-    for (name, value) in headers {
+    let extra = (endpoint.extra_headers.iter()).map(|(name, value)| (name.as_str(), value));
+    for (name, value) in headers
+        .iter()
+        .map(|(name, value)| (*name, value))
+        .chain(extra)
+    {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
     if method == "POST" {
