@@ -50,7 +50,19 @@ pub(super) struct Config {
     /// [`ClientBuilder::task_notifications`]).
     pub(super) task_notifications: bool,
     /// Header fields sent with every HTTP request (see [`ClientBuilder::http_header`]).
-    pub(super) http_headers: Vec<(String, String)>,
+    pub(super) http_headers: HeaderFields,
+}
+
+/// Header fields whose values (credentials, often) a `Debug` print leaves out.
+#[derive(Clone, Default)]
+pub(super) struct HeaderFields(pub(super) Vec<(String, String)>);
+
+impl std::fmt::Debug for HeaderFields {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(name, _)| format!("{name}: …")))
+            .finish()
+    }
 }
 
 /// Configures and connects a [`Client`].
@@ -84,7 +96,7 @@ impl Default for ClientBuilder {
                 client_version: env!("CARGO_PKG_VERSION").to_owned(),
                 declared: Map::new(),
                 task_notifications: true,
-                http_headers: Vec::new(),
+                http_headers: HeaderFields::default(),
             },
             handlers: Handlers::default(),
         }
@@ -107,7 +119,7 @@ impl ClientBuilder {
     /// one the transport sets itself (`Host`, `Content-Type`, `Mcp-Session-Id`...), and a
     /// value holding a line break or another control character. Ignored over stdio.
     pub fn http_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        (self.config.http_headers).push((name.into(), value.into()));
+        (self.config.http_headers.0).push((name.into(), value.into()));
         self
     }
 
@@ -291,7 +303,7 @@ impl ClientBuilder {
             self.config.revision,
             shared.clone(),
             self.config.request_timeout,
-            &self.config.http_headers,
+            &self.config.http_headers.0,
         )?;
         self.finish(shared, jobs, Arc::new(transport))
     }

@@ -627,6 +627,14 @@ fn configured_header_fields_go_with_every_request() {
 }
 
 #[test]
+fn a_printed_builder_shows_header_names_but_not_their_values() {
+    let builder = Client::builder().http_header("Authorization", "Bearer s3cret");
+    let printed = format!("{builder:?}");
+    assert!(printed.contains("Authorization"), "{printed}");
+    assert!(!printed.contains("s3cret"), "{printed}");
+}
+
+#[test]
 fn header_fields_the_transport_sets_or_cannot_send_are_refused() {
     for (name, value) in [
         ("Mcp-Session-Id", "s9"),
