@@ -72,10 +72,11 @@ Server settings:
     --identity-header NAME         with --http: each request's sender is the value of its
                                    header NAME (e.g. X-Forwarded-User), which a reverse
                                    proxy that authenticates clients sets; tasks and
-                                   sessions are bound to it, and a request without it gets
-                                   401. Only with such a proxy in front, replacing the
-                                   header whatever clients send [default: no identities,
-                                   SEP-2663 task ids are bearer capabilities]
+                                   sessions are bound to it, and a request without it
+                                   (or with it more than once) gets 401. Only with such a
+                                   proxy in front, replacing the header whatever clients
+                                   send [default: no identities, SEP-2663 task ids are
+                                   bearer capabilities]
     --promote-after DURATION       how long a SEP-2663 call of a task-optional tool runs
                                    inline before it becomes a task [default: 50ms]
     --workers N                    threads that run tools, at most 4096 [default: 16]
@@ -558,7 +559,9 @@ fn serve_http(server: Server, addr: std::net::SocketAddr, flags: HttpFlags) -> E
     let authenticate = flags.identity_header.map(|name| {
         let hook = move |head: &RequestHead<'_>| match head.header(&name) {
             Some(identity) if !identity.is_empty() => Ok(identity.to_string()),
-            _ => Err(Unauthorized::new(format!("the {name} header is required"))),
+            _ => Err(Unauthorized::new(format!(
+                "the {name} header is required, once"
+            ))),
         };
         std::sync::Arc::new(hook) as mcp_task_store::server::Authenticate
     });

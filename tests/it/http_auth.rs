@@ -338,3 +338,37 @@ fn the_crates_client_sends_its_credentials_with_every_request() {
         }
     }
 }
+
+/// A header an authenticating proxy sets, as `--identity-header` reads it: a request that
+/// carries the field twice (the client's own, then the one a proxy that appends rather than
+/// replaces added) names nobody, not whoever comes first, which is the client's choice.
+#[test]
+fn a_repeated_identity_field_names_nobody() {
+    let hook = |head: &RequestHead<'_>| match head.header("X-Forwarded-User") {
+        Some(user) if !user.is_empty() => Ok(user.to_owned()),
+        _ => Err(Unauthorized::new("who are you?")),
+    };
+    let (http, _) = demo_http_server(HttpOptions {
+        authenticate: Some(Arc::new(hook)),
+        ..HttpOptions::default()
+    });
+    let addr = http.local_addr();
+    let as_user = |user: &[&str], session: Option<&str>, body: &Value| {
+        let mut headers = vec![
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ];
+        headers.extend(user.iter().map(|u| ("X-Forwarded-User", *u)));
+        headers.extend(session.map(|s| ("Mcp-Session-Id", s)));
+        send(addr, "POST", &headers, body.to_string().as_bytes())
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    let opened = as_user(&["alice"], None, &initialize);
+    let session = opened.header("Mcp-Session-Id").unwrap().to_owned();
+    assert_eq!(as_user(&["mallory"], Some(&session), &ping()).status, 404);
+
+    // Mallory sends `alice` herself; the proxy adds `mallory` after it.
+    let spoofed = as_user(&["alice", "mallory"], Some(&session), &ping());
+    assert_eq!(spoofed.status, 401, "{}", spoofed.json());
+}

@@ -32,14 +32,20 @@ impl RequestHead<'_> {
         &self.0.target
     }
 
-    /// The value of the first header field named `name` (compared case-insensitively),
-    /// surrounding whitespace trimmed.
+    /// The value of the header field named `name` (compared case-insensitively),
+    /// surrounding whitespace trimmed; `None` if the request has no such field, or more
+    /// than one. A repeated field is ambiguous, and taking either one would let a client
+    /// choose: a proxy in front that appends its own field (an identity it vouches for,
+    /// say) rather than replacing the client's leaves the client's first.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.0.field(name)
+        let mut named = (self.0.fields.iter()).filter(|(n, _)| n.eq_ignore_ascii_case(name));
+        let (_, value) = named.next()?;
+        named.next().is_none().then_some(value.as_str())
     }
 
     /// The token of an `Authorization: Bearer <token>` field (the scheme compared
-    /// case-insensitively, RFC 9110 §11.1), if the request has one.
+    /// case-insensitively, RFC 9110 §11.1), if the request has one (and only one
+    /// `Authorization` field, see [`header`](Self::header)).
     pub fn bearer_token(&self) -> Option<&str> {
         let (scheme, token) = self.header("Authorization")?.split_once(' ')?;
         let token = token.trim();
@@ -205,6 +211,12 @@ mod tests {
             assert_eq!(RequestHead(&head).bearer_token(), token, "{field:?}");
         }
         assert_eq!(RequestHead(&head(&[])).bearer_token(), None);
+        let twice = head(&[
+            ("Authorization", "Bearer abc"),
+            ("authorization", "Bearer def"),
+        ]);
+        assert_eq!(RequestHead(&twice).bearer_token(), None);
+        assert_eq!(RequestHead(&twice).header("Authorization"), None);
     }
 
     #[test]
