@@ -17,12 +17,15 @@ use crate::server::Connection;
 /// [`HttpOptions::authenticate`](super::HttpOptions::authenticate).
 pub type Authenticate = Arc<dyn Fn(&RequestHead<'_>) -> Result<String, Unauthorized> + Send + Sync>;
 
-/// What an [`Authenticate`] hook sees of a request: its method, target and header fields
-/// (the body is not read yet).
+/// What an [`Authenticate`] hook sees of a request: its method, target and header fields.
+/// Its body has been read by then (at most
+/// [`max_body_bytes`](super::HttpOptions::max_body_bytes), whoever sent it) but is not
+/// shown, nor parsed until the hook lets the request through.
 pub struct RequestHead<'a>(pub(super) &'a Head);
 
 impl RequestHead<'_> {
-    /// The request method (`POST`, `GET`, `DELETE`).
+    /// The request method: `POST`, `GET`, `DELETE`, or another one that is then answered
+    /// with 405 (never `OPTIONS`, which is answered without asking the hook).
     pub fn method(&self) -> &str {
         &self.0.method
     }

@@ -2,8 +2,9 @@
 //!
 //! - 2026-07-28 (SEP-2663) requests are stateless: every request stands alone and must carry
 //!   `Mcp-Method` (and `Mcp-Name` where it names a tool or a task) matching its body, else
-//!   -32020 with HTTP 400. Task ids are bearer capabilities; such tasks are sessionless.
-//!   Such requests share one connection, so only bodies that speak 2026-07-28 themselves
+//!   -32020 with HTTP 400. Task ids are bearer capabilities; such tasks are sessionless
+//!   (bound to their creator's identity with [`HttpOptions::authenticate`], see `auth`).
+//!   Such requests share one connection (one per identity), so only bodies that speak 2026-07-28 themselves
 //!   (`_meta` protocol version, or `server/discover`) reach it: the `MCP-Protocol-Version`
 //!   header alone gets -32020 (HTTP 400), and the removed `tasks/list`, `tasks/result` and
 //!   `initialize` get -32601 (HTTP 200) whatever the headers say. An unsupported

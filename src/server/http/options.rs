@@ -49,11 +49,11 @@ pub struct HttpOptions {
     /// CORS field, so a browser lets their pages do nothing that needs it (a JSON `POST`
     /// does). Any other `Origin` gets 403 (DNS rebinding).
     pub allowed_origins: Vec<String>,
-    /// Tells who sent each request to `/mcp` (`POST`, `GET`, `DELETE`; not a CORS
-    /// preflight, which carries no credentials) from its head: an identity (a user or
-    /// client id the embedder trusts, say from a bearer token it verified or a header its
-    /// authenticating proxy sets), or a refusal, answered with HTTP 401 or 403 and its
-    /// `WWW-Authenticate` field ([`Unauthorized`](super::Unauthorized)).
+    /// Tells who sent each request to `/mcp` (whatever its method but `OPTIONS`, which a
+    /// browser's CORS preflight sends without credentials) from its head: an identity (a
+    /// user or client id the embedder trusts, say from a bearer token it verified or a
+    /// header its authenticating proxy sets), or a refusal, answered with HTTP 401 or 403
+    /// and its `WWW-Authenticate` field ([`Unauthorized`](super::Unauthorized)).
     ///
     /// Tasks are then bound to identities, as MCP requires where an authorization context
     /// exists. A 2025-11-25 session belongs to the identity that opened it: a request
@@ -63,15 +63,23 @@ pub struct HttpOptions {
     /// `tasks/update`, `tasks/cancel` and `subscriptions/listen` find no such task. Those
     /// tasks live in the store session `auth:<identity>`, so a journaled store keeps the
     /// binding across restarts, and [`StoreConfig::max_tasks_per_session`] caps each
-    /// identity's live tasks. Return a stable id (not a token that rotates): a new identity
-    /// sees none of the old one's tasks.
+    /// identity's live 2026-07-28 tasks (each of its 2025-11-25 sessions is capped apart).
+    /// Return a stable id (not a token that rotates): a new identity sees none of the old
+    /// one's tasks. The other limits are shared by all identities: an `initialize` at
+    /// [`max_sessions`](Self::max_sessions) may end another identity's quiet session (and
+    /// with it the results of its finished tasks), and one identity may take all of
+    /// [`StoreConfig::max_tasks`] or of the event streams. Idle connections of more than
+    /// `max_sessions` identities are not kept (they hold nothing the store does not).
     ///
-    /// The hook runs on the connection's reader before the body is looked at; it should
-    /// not block for long (a network lookup holds that connection's next request). A hook
-    /// that panics gets the request HTTP 500. Default: none, every request is served and
-    /// 2026-07-28 task ids are bearer capabilities bound to nothing else.
+    /// The hook runs on the connection's reader once the request is read whole (its body,
+    /// up to [`max_body_bytes`](Self::max_body_bytes), included: a refused client may
+    /// still send that much), before the body is parsed; it should not block for long (a
+    /// network lookup holds that connection's next request). A hook that panics gets the
+    /// request HTTP 500. Default: none, every request is served and 2026-07-28 task ids
+    /// are bearer capabilities bound to nothing else.
     ///
     /// [`StoreConfig::max_tasks_per_session`]: crate::StoreConfig::max_tasks_per_session
+    /// [`StoreConfig::max_tasks`]: crate::StoreConfig::max_tasks
     pub authenticate: Option<Authenticate>,
 }
 
