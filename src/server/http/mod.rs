@@ -4,10 +4,11 @@
 //!   `Mcp-Method` (and `Mcp-Name` where it names a tool or a task) matching its body, else
 //!   -32020 with HTTP 400. Task ids are bearer capabilities; such tasks are sessionless
 //!   (bound to their creator's identity with [`HttpOptions::authenticate`], see `auth`).
-//!   Such requests share one connection (one per identity), so only bodies that speak 2026-07-28 themselves
-//!   (`_meta` protocol version, or `server/discover`) reach it: the `MCP-Protocol-Version`
-//!   header alone gets -32020 (HTTP 400), and the removed `tasks/list`, `tasks/result` and
-//!   `initialize` get -32601 (HTTP 200) whatever the headers say. An unsupported
+//!   Such requests share one connection (one per identity), so only bodies that speak
+//!   2026-07-28 themselves (`_meta` protocol version, or `server/discover`) reach it: the
+//!   `MCP-Protocol-Version` header alone gets -32020 (HTTP 400), and the removed
+//!   `tasks/list`, `tasks/result` and `initialize` get -32601 (HTTP 200) whatever the
+//!   headers say. An unsupported
 //!   `MCP-Protocol-Version` gets HTTP 400. `subscriptions/listen` is answered with an
 //!   event stream of its own that carries the subscription (task status notifications,
 //!   see `listen`) until it ends or its client closes it.

@@ -1,8 +1,8 @@
 //! 2026-07-28 (SEP-2663) requests, which stand alone and go to one shared connection (one
 //! per identity with [`HttpOptions::authenticate`](super::HttpOptions::authenticate), see
-//! `auth`): the removed methods are refused, the routing headers (`Mcp-Method`, `Mcp-Name`) must
-//! match the body, and `subscriptions/listen` gets an event stream of its own. Apart from
-//! `session`: nothing here keeps anything between requests.
+//! `auth`): the removed methods are refused, the routing headers (`Mcp-Method`,
+//! `Mcp-Name`) must match the body, and `subscriptions/listen` gets an event stream of its
+//! own. Apart from `session`: nothing here keeps anything between requests.
 
 use std::sync::Arc;
 
