@@ -372,3 +372,30 @@ fn a_repeated_identity_field_names_nobody() {
     let spoofed = as_user(&["alice", "mallory"], Some(&session), &ping());
     assert_eq!(spoofed.status, 401, "{}", spoofed.json());
 }
+
+/// At the session limit, an `initialize` ends its own identity's quiet sessions before
+/// anyone else's: an identity that opens sessions and never ends them ends its own.
+#[test]
+fn at_the_session_limit_an_identity_ends_its_own_quiet_sessions_first() {
+    let (http, _) = start(2);
+    let addr = http.local_addr();
+    let bobs = initialize_as(addr, "bob");
+    let alices_first = initialize_as(addr, "alice");
+    // Bob's is the least recently active, but it is not alice's to end.
+    let alices_second = initialize_as(addr, "alice");
+    let ping_as = |who: &str, session: &str| {
+        post_as(addr, Some(who), &[("Mcp-Session-Id", session)], &ping()).status
+    };
+    assert_eq!(ping_as("bob", &bobs), 200);
+    assert_eq!(ping_as("alice", &alices_first), 404);
+    assert_eq!(ping_as("alice", &alices_second), 200);
+    // With no quiet session of its own, an identity's initialize ends another's.
+    let carols = initialize_as(addr, "carol");
+    assert_eq!(ping_as("carol", &carols), 200);
+    let ended = [ping_as("bob", &bobs), ping_as("alice", &alices_second)];
+    assert_eq!(
+        ended.iter().filter(|&&status| status == 404).count(),
+        1,
+        "{ended:?}"
+    );
+}

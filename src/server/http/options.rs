@@ -66,8 +66,9 @@ pub struct HttpOptions {
     /// identity's live 2026-07-28 tasks (each of its 2025-11-25 sessions is capped apart).
     /// Return a stable id (not a token that rotates): a new identity sees none of the old
     /// one's tasks. The other limits are shared by all identities: an `initialize` at
-    /// [`max_sessions`](Self::max_sessions) may end another identity's quiet session (and
-    /// with it the results of its finished tasks), and one identity may take all of
+    /// [`max_sessions`](Self::max_sessions) ends a quiet session of its own identity first,
+    /// but another identity's when it has none (and with it the results of that session's
+    /// finished tasks), and one identity may take all of
     /// [`StoreConfig::max_tasks`] or of the event streams. Idle connections of more than
     /// `max_sessions` identities are not kept (they hold nothing the store does not).
     ///

@@ -236,7 +236,7 @@ fn open_session(state: &Arc<State>, identity: &Identity, responder: Responder, m
     let mut evictions = 0;
     while sessions.len() >= state.options.max_sessions {
         drop(sessions);
-        if evictions == EVICTIONS_PER_INITIALIZE || !evict_quiet_session(state) {
+        if evictions == EVICTIONS_PER_INITIALIZE || !evict_quiet_session(state, identity) {
             let answer = Answer::error(503, RpcError::internal("too many open sessions"));
             return respond(responder, answer);
         }
@@ -291,12 +291,14 @@ fn open_session(state: &Arc<State>, identity: &Identity, responder: Responder, m
 /// new one: no request in progress, no event stream open, and no live task (ending a
 /// session cancels those; a finished one's result is all it gives up). Looks at the
 /// [`EVICTION_CANDIDATES`] least recently active quiet sessions; false if none can go.
+/// With identities, `identity`'s own sessions come first: an identity that opens sessions
+/// and never ends them ends its own before anyone else's.
 ///
 /// Their tasks are listed with the sessions lock released: every request takes that lock,
 /// and would wait behind the store (a journal's fsync, say) otherwise. So a request that
 /// begins meanwhile (and might create a task) is seen afterwards, by `begun`, under the
 /// lock, and leaves its session alone: tasks are only created by a session's requests.
-fn evict_quiet_session(state: &State) -> bool {
+fn evict_quiet_session(state: &State, identity: &Identity) -> bool {
     let mut candidates: Vec<(Arc<Session>, u64, Instant)> = state
         .sessions
         .lock()
@@ -307,7 +309,8 @@ fn evict_quiet_session(state: &State) -> bool {
             (session.clone(), begun, *session.last_active.lock())
         })
         .collect();
-    candidates.sort_by_key(|&(_, _, last_active)| last_active);
+    candidates
+        .sort_by_key(|(session, _, last_active)| (session.identity != *identity, *last_active));
     let store = state.server.store();
     for (session, begun, last_active) in candidates.into_iter().take(EVICTION_CANDIDATES) {
         match has_live_tasks(store.as_ref(), &session.id) {
