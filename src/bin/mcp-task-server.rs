@@ -69,6 +69,8 @@ Server settings:
                                    with --http: a 2025-11-25 session idle this long is
                                    ended and its live tasks cancelled [default: 30m]
     --max-body-bytes N             with --http: largest request body [default: 4194304]
+    --max-sessions-per-identity N  with --identity-header: 2025-11-25 sessions one
+                                   identity holds at once [default: 64]
     --identity-header NAME         with --http: each request's sender is the value of its
                                    header NAME (e.g. X-Forwarded-User), which a reverse
                                    proxy that authenticates clients sets; tasks and
@@ -118,6 +120,7 @@ struct HttpFlags {
     session_idle_timeout: Option<Duration>,
     max_body_bytes: Option<usize>,
     identity_header: Option<String>,
+    max_sessions_per_identity: Option<usize>,
 }
 
 impl HttpFlags {
@@ -133,6 +136,10 @@ impl HttpFlags {
             ),
             (self.max_body_bytes.is_some(), "--max-body-bytes"),
             (self.identity_header.is_some(), "--identity-header"),
+            (
+                self.max_sessions_per_identity.is_some(),
+                "--max-sessions-per-identity",
+            ),
         ]
         .into_iter()
         .find_map(|(given, flag)| given.then_some(flag))
@@ -329,6 +336,10 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
                 let n = parse_http_count(&flag, &value()?)?;
                 options.http_flags.max_body_bytes = Some(n);
             }
+            "--max-sessions-per-identity" => {
+                let n = parse_http_count(&flag, &value()?)?;
+                options.http_flags.max_sessions_per_identity = Some(n);
+            }
             "--identity-header" => {
                 let name = parse_header_name(&flag, &value()?)?;
                 options.http_flags.identity_header = Some(name);
@@ -454,6 +465,12 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
         }
         _ => {}
     }
+    let flags = &options.http_flags;
+    if flags.max_sessions_per_identity.is_some() && flags.identity_header.is_none() {
+        return Err(
+            "--max-sessions-per-identity has no effect without --identity-header".to_string(),
+        );
+    }
     Ok(Some(options))
 }
 
@@ -570,6 +587,8 @@ fn serve_http(server: Server, addr: std::net::SocketAddr, flags: HttpFlags) -> E
         allowed_origins: flags.allowed_origins,
         max_connections: flags.max_connections.unwrap_or(defaults.max_connections),
         max_sessions: flags.max_sessions.unwrap_or(defaults.max_sessions),
+        max_sessions_per_identity: (flags.max_sessions_per_identity)
+            .unwrap_or(defaults.max_sessions_per_identity),
         session_idle_timeout: (flags.session_idle_timeout).unwrap_or(defaults.session_idle_timeout),
         max_body_bytes: flags.max_body_bytes.unwrap_or(defaults.max_body_bytes),
         ..defaults

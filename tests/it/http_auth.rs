@@ -399,3 +399,58 @@ fn at_the_session_limit_an_identity_ends_its_own_quiet_sessions_first() {
         "{ended:?}"
     );
 }
+
+/// No identity holds more than `max_sessions_per_identity` sessions: past it, its
+/// `initialize` ends one of its own quiet sessions, or gets 503 when all are busy, and
+/// other identities are served all the same.
+#[test]
+fn no_identity_holds_more_sessions_than_its_share() {
+    let (http, _) = demo_http_server(HttpOptions {
+        authenticate: Some(hook()),
+        max_sessions_per_identity: 2,
+        ..HttpOptions::default()
+    });
+    let addr = http.local_addr();
+    let start_long_task = |session: &str| {
+        let created = post_as(
+            addr,
+            Some("alice"),
+            &[("Mcp-Session-Id", session)],
+            &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"ms": 600_000}, "task": {}}}),
+        );
+        created.json()["result"]["task"]["taskId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let sessions = [initialize_as(addr, "alice"), initialize_as(addr, "alice")];
+    let tasks = sessions.clone().map(|session| start_long_task(&session));
+    // A quiet session of another identity, which alice's initialize must leave alone.
+    let bobs = initialize_as(addr, "bob");
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    let refused = post_as(addr, Some("alice"), &[], &initialize);
+    assert_eq!(refused.status, 503);
+    let message = refused.json()["error"]["message"].to_string();
+    assert!(message.contains("for this identity"), "{message}");
+    let bobs_ping = post_as(addr, Some("bob"), &[("Mcp-Session-Id", &bobs)], &ping());
+    assert_eq!(bobs_ping.status, 200);
+    initialize_as(addr, "bob");
+
+    // Once one of her sessions is quiet (its task ended), it makes room for a new one.
+    let cancel = json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/cancel",
+        "params": {"taskId": tasks[0]}});
+    let cancelled = post_as(
+        addr,
+        Some("alice"),
+        &[("Mcp-Session-Id", &sessions[0])],
+        &cancel,
+    );
+    assert_eq!(cancelled.json()["result"]["status"], "cancelled");
+    initialize_as(addr, "alice");
+    let ping_on = |session: &str| {
+        post_as(addr, Some("alice"), &[("Mcp-Session-Id", session)], &ping()).status
+    };
+    assert_eq!((ping_on(&sessions[0]), ping_on(&sessions[1])), (404, 200));
+}

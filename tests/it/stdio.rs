@@ -253,6 +253,21 @@ fn bad_command_lines_are_refused_with_a_message_naming_the_flag() {
             "--identity-header has no effect without --http",
         ),
         (
+            &["--http", "127.0.0.1:0", "--max-sessions-per-identity", "4"],
+            "--max-sessions-per-identity has no effect without --identity-header",
+        ),
+        (
+            &[
+                "--http",
+                "127.0.0.1:0",
+                "--identity-header",
+                "X-User",
+                "--max-sessions-per-identity",
+                "0",
+            ],
+            "--max-sessions-per-identity: must be at least 1",
+        ),
+        (
             &["--http", "127.0.0.1:0", "--identity-header", "X-User:"],
             "--identity-header: 'X-User:' is not a header name",
         ),
@@ -303,6 +318,8 @@ fn the_binarys_http_flags_reach_the_transport() {
             "200",
             "--identity-header",
             "X-Forwarded-User",
+            "--max-sessions-per-identity",
+            "1",
         ])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -352,6 +369,15 @@ fn the_binarys_http_flags_reach_the_transport() {
     let initialize = r#"{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
     let anonymous = post("", initialize);
     let identified = post(user, initialize);
+    // Alice's one session, busy with a task, leaves no room for another of hers.
+    let session = (identified.to_ascii_lowercase().lines())
+        .find_map(|line| line.strip_prefix("mcp-session-id: ").map(str::to_owned))
+        .unwrap_or_default();
+    let in_session =
+        format!("{user}Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\n");
+    let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":600000},"task":{}}}"#;
+    let task = post(&in_session, call);
+    let second = post(user, initialize);
     let _ = child.kill();
     let _ = child.wait();
     assert!(address.is_ok(), "the server never said where it listens");
@@ -367,6 +393,8 @@ fn the_binarys_http_flags_reach_the_transport() {
         "{anonymous}"
     );
     assert!(identified.starts_with("HTTP/1.1 200"), "{identified}");
+    assert!(task.contains(r#""status":"working""#), "{task}");
+    assert!(second.starts_with("HTTP/1.1 503"), "{second}");
 }
 
 /// Runs the binary with `args` and no input, killing it if it runs past 10 s (a command line

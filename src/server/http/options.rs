@@ -36,6 +36,12 @@ pub struct HttpOptions {
     /// ends the least recently active session that loses nothing by it (no request in
     /// progress, no event stream open, no live task), and gets HTTP 503 if none does.
     pub max_sessions: usize,
+    /// With [`authenticate`](Self::authenticate): most 2025-11-25 sessions one identity
+    /// holds at once (default 64), so that no identity can take all of `max_sessions`
+    /// and lock the others out. An `initialize` beyond it ends that identity's least
+    /// recently active quiet session, as at `max_sessions`, and gets HTTP 503 if it has
+    /// none.
+    pub max_sessions_per_identity: usize,
     /// A 2025-11-25 session with no request in progress, no open event stream and no
     /// request for this long is ended as if the client had sent `DELETE` (its live tasks
     /// are cancelled). Default 30 minutes.
@@ -65,11 +71,12 @@ pub struct HttpOptions {
     /// binding across restarts, and [`StoreConfig::max_tasks_per_session`] caps each
     /// identity's live 2026-07-28 tasks (each of its 2025-11-25 sessions is capped apart).
     /// Return a stable id (not a token that rotates): a new identity sees none of the old
-    /// one's tasks. The other limits are shared by all identities: an `initialize` at
-    /// [`max_sessions`](Self::max_sessions) ends a quiet session of its own identity first,
-    /// but another identity's when it has none (and with it the results of that session's
-    /// finished tasks), and one identity may take all of
-    /// [`StoreConfig::max_tasks`] or of the event streams. Idle connections of more than
+    /// one's tasks. An identity holds at most
+    /// [`max_sessions_per_identity`](Self::max_sessions_per_identity) sessions, and an
+    /// `initialize` at [`max_sessions`](Self::max_sessions) ends a quiet session of its own
+    /// identity first, another identity's only when it has none (and with it the results
+    /// of that session's finished tasks). The other limits are shared: one identity may
+    /// take all of [`StoreConfig::max_tasks`] or of the event streams. Idle connections of more than
     /// `max_sessions` identities are not kept (they hold nothing the store does not).
     ///
     /// The hook runs on the connection's reader once the request is read whole (its body,
@@ -93,6 +100,7 @@ impl std::fmt::Debug for HttpOptions {
             .field("idle_timeout", &self.idle_timeout)
             .field("write_timeout", &self.write_timeout)
             .field("max_sessions", &self.max_sessions)
+            .field("max_sessions_per_identity", &self.max_sessions_per_identity)
             .field("session_idle_timeout", &self.session_idle_timeout)
             .field("allowed_origins", &self.allowed_origins)
             .field(
@@ -112,6 +120,7 @@ impl Default for HttpOptions {
             idle_timeout: Duration::from_secs(120),
             write_timeout: Duration::from_secs(30),
             max_sessions: 1024,
+            max_sessions_per_identity: 64,
             session_idle_timeout: Duration::from_secs(30 * 60),
             allowed_origins: Vec::new(),
             authenticate: None,

@@ -3,6 +3,7 @@
 //! `GET` event stream, `DELETE`, and the reaper of idle sessions. Apart from `stateless`:
 //! 2026-07-28 requests have none of this.
 
+use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -234,11 +235,21 @@ fn open_session(state: &Arc<State>, identity: &Identity, responder: Responder, m
         return respond(responder, answer);
     }
     let mut evictions = 0;
-    while sessions.len() >= state.options.max_sessions {
+    loop {
+        // An identity's own limit first: it may only ever end its own sessions.
+        let own_full = identity.is_some()
+            && held_by(&sessions, identity) >= state.options.max_sessions_per_identity.max(1);
+        if !own_full && sessions.len() < state.options.max_sessions {
+            break;
+        }
         drop(sessions);
-        if evictions == EVICTIONS_PER_INITIALIZE || !evict_quiet_session(state, identity) {
-            let answer = Answer::error(503, RpcError::internal("too many open sessions"));
-            return respond(responder, answer);
+        if evictions == EVICTIONS_PER_INITIALIZE || !evict_quiet_session(state, identity, own_full)
+        {
+            let why = match own_full {
+                true => "too many open sessions for this identity",
+                false => "too many open sessions",
+            };
+            return respond(responder, Answer::error(503, RpcError::internal(why)));
         }
         evictions += 1;
         sessions = state.sessions.lock();
@@ -291,19 +302,20 @@ fn open_session(state: &Arc<State>, identity: &Identity, responder: Responder, m
 /// new one: no request in progress, no event stream open, and no live task (ending a
 /// session cancels those; a finished one's result is all it gives up). Looks at the
 /// [`EVICTION_CANDIDATES`] least recently active quiet sessions; false if none can go.
-/// With identities, `identity`'s own sessions come first: an identity that opens sessions
-/// and never ends them ends its own before anyone else's.
+/// With identities, `identity`'s own sessions come first (an identity that opens sessions
+/// and never ends them ends its own before anyone else's), and with `only_own` they are
+/// the only ones looked at.
 ///
 /// Their tasks are listed with the sessions lock released: every request takes that lock,
 /// and would wait behind the store (a journal's fsync, say) otherwise. So a request that
 /// begins meanwhile (and might create a task) is seen afterwards, by `begun`, under the
 /// lock, and leaves its session alone: tasks are only created by a session's requests.
-fn evict_quiet_session(state: &State, identity: &Identity) -> bool {
+fn evict_quiet_session(state: &State, identity: &Identity, only_own: bool) -> bool {
     let mut candidates: Vec<(Arc<Session>, u64, Instant)> = state
         .sessions
         .lock()
         .values()
-        .filter(|session| session.quiet())
+        .filter(|session| session.quiet() && (!only_own || session.identity == *identity))
         .map(|session| {
             let begun = session.begun.load(Ordering::Acquire);
             (session.clone(), begun, *session.last_active.lock())
@@ -336,9 +348,8 @@ fn evict_quiet_session(state: &State, identity: &Identity) -> bool {
         sessions.remove(session.id.as_str());
         drop(sessions);
         log::info!(
-            "HTTP sessions at their limit ({}): ending session {}, quiet for {:?} and with no \
-             live task, to open a new one",
-            state.options.max_sessions,
+            "HTTP sessions at their limit: ending session {}, quiet for {:?} and with no live \
+             task, to open a new one",
             session.id,
             last_active.elapsed(),
         );
@@ -346,6 +357,14 @@ fn evict_quiet_session(state: &State, identity: &Identity) -> bool {
         return true;
     }
     false
+}
+
+/// How many sessions `identity` holds.
+fn held_by(sessions: &HashMap<String, Arc<Session>>, identity: &Identity) -> usize {
+    sessions
+        .values()
+        .filter(|s| s.identity == *identity)
+        .count()
 }
 
 /// Whether `session` has a task that has not ended.
