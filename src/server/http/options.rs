@@ -76,8 +76,9 @@ pub struct HttpOptions {
     /// `initialize` at [`max_sessions`](Self::max_sessions) ends a quiet session of its own
     /// identity first, another identity's only when it has none (and with it the results
     /// of that session's finished tasks). The other limits are shared: one identity may
-    /// take all of [`StoreConfig::max_tasks`] or of the event streams. Idle connections of more than
-    /// `max_sessions` identities are not kept (they hold nothing the store does not).
+    /// take all of [`StoreConfig::max_tasks`] or of the event streams. Idle connections of
+    /// more than `max_sessions` identities are not kept (they hold nothing the store does
+    /// not).
     ///
     /// The hook runs on the connection's reader once the request is read whole (its body,
     /// up to [`max_body_bytes`](Self::max_body_bytes), included: a refused client may
