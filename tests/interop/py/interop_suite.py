@@ -11,7 +11,9 @@ protocol 2025-11-25. Run it through run.sh, which installs the pinned SDK:
 Every check runs once per transport with a fresh client session: over stdio a fresh
 server process per check, over HTTP one server for the whole transport run (started with
 `--http 127.0.0.1:0`; each check opens its own MCP session, and so its own store session).
-Prints one PASS/FAIL/SKIP line per check and a closing `summary: N passed, N failed, N
+A check about an HTTP-only feature (identities) starts its own HTTP server with the flags it
+needs, and over stdio is listed as N/A instead of run.
+Prints one PASS/FAIL/SKIP/N/A line per check and a closing `summary: N passed, N failed, N
 skipped` line; exits 1 if any check failed or was skipped.
 """
 
@@ -29,12 +31,13 @@ import time
 import traceback
 import uuid
 import warnings
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, NamedTuple, Sequence
 
 import anyio
+import httpx  # pinned in requirements.txt (the SDK's HTTP client); for the raw requests of the identity check
 
 # `session.experimental` warns that the experimental tasks API will go in mcp 2.0 (tasks move
 # to an extension); using it is the point of this suite.
@@ -226,7 +229,18 @@ class Env:
     http: HttpServer | None = None
     stderr: StderrLines | None = None  # the current check's server stderr, for failure reports
     notes: list[str] = field(default_factory=list)  # the current check's notes
-    log_closing: int | None = None  # SDK_LOG length when the last session began to close
+    aside: list[Aside] = field(default_factory=list)  # the current check's SDK_LOG spans not held against it
+
+
+@dataclass
+class Aside:
+    """A span of SDK_LOG (from `start` to `end`, or on while `end` is None) that no session open
+    meanwhile is failed for: a session closing (the SDK logs server messages that arrive after
+    it closed its streams), or a connection the check expects to be refused. Reported as notes."""
+
+    start: int
+    why: str
+    end: int | None = None
 
 
 @dataclass
@@ -244,10 +258,15 @@ class Incoming:
         await anyio.lowlevel.checkpoint()
 
 
-def sdk_complaints(log_mark: int, incoming: Incoming) -> None:
+def sdk_complaints(log_mark: int, incoming: Incoming, env: Env) -> None:
     """Fails the check if, while its session was open, the SDK could not read something the
-    server sent (it passes such messages to the message handler as exceptions, or logs them)."""
-    problems = [log_summary(r) for r in SDK_LOG[log_mark:]]
+    server sent (it passes such messages to the message handler as exceptions, or logs them).
+    What was logged while another session of the check closed, or while a connection the check
+    expected to be refused was attempted (env.aside), is left to the notes."""
+    aside = set()
+    for span in env.aside:
+        aside.update(range(span.start, len(SDK_LOG) if span.end is None else span.end))
+    problems = [log_summary(r) for i, r in enumerate(SDK_LOG) if i >= log_mark and i not in aside]
     problems += [f"message handler got {e!r}" for e in incoming.errors]
     if problems:
         raise AssertionError("the SDK reported problems with the session:\n       " + "\n       ".join(problems))
@@ -294,7 +313,16 @@ async def relay_after_close(tg, read, env: Env):
 
 
 @asynccontextmanager
-async def open_session(env: Env, elicitation_callback=None) -> AsyncIterator[Session]:
+async def open_session(
+    env: Env,
+    elicitation_callback=None,
+    *,
+    http: HttpServer | None = None,
+    headers: dict[str, str] | None = None,
+) -> AsyncIterator[Session]:
+    """A fresh initialized ClientSession. HTTP only: `http` is the server to talk to (the run's
+    shared one by default), `headers` extra header fields sent with every request (the SDK
+    takes them on the httpx.AsyncClient it is given)."""
     incoming = Incoming()
     log_mark = len(SDK_LOG)
     kwargs: dict[str, Any] = dict(
@@ -306,15 +334,27 @@ async def open_session(env: Env, elicitation_callback=None) -> AsyncIterator[Ses
         kwargs["elicitation_callback"] = elicitation_callback
 
     if env.transport == "http":
-        assert env.http is not None
-        env.stderr = env.http.stderr
-        async with streamable_http_client(env.http.url) as (read, write, session_id):
-            async with ClientSession(read, write, **kwargs) as client:
-                init = await client.initialize()
-                yield Session(client, init, env.http.stderr, env, incoming, session_id())
-                sdk_complaints(log_mark, incoming)
-                env.log_closing = len(SDK_LOG)
+        server = http or env.http
+        assert server is not None
+        env.stderr = server.stderr
+        async with AsyncExitStack() as stack:
+            http_client = None
+            if headers is not None:
+                # The SDK's own default timeouts (mcp.shared._httpx_utils.create_mcp_http_client).
+                timeout = httpx.Timeout(30.0, read=300.0)
+                http_client = await stack.enter_async_context(httpx.AsyncClient(headers=headers, timeout=timeout))
+            read, write, session_id = await stack.enter_async_context(
+                streamable_http_client(server.url, http_client=http_client)
+            )
+            client = await stack.enter_async_context(ClientSession(read, write, **kwargs))
+            init = await client.initialize()
+            yield Session(client, init, server.stderr, env, incoming, session_id())
+            sdk_complaints(log_mark, incoming, env)
+            closing = Aside(len(SDK_LOG), "while a session closed")
+            env.aside.append(closing)
+        closing.end = len(SDK_LOG)
         return
+    assert http is None and headers is None, "a server and header fields are for HTTP sessions"
 
     # stdio: a fresh server per session; its stderr goes to a pipe we read.
     stderr = env.stderr = StderrLines("stdio server")
@@ -336,8 +376,8 @@ async def open_session(env: Env, elicitation_callback=None) -> AsyncIterator[Ses
                 async with ClientSession(session_read, write, **kwargs) as client:
                     init = await client.initialize()
                     yield Session(client, init, stderr, env, incoming)
-                    sdk_complaints(log_mark, incoming)
-                    env.log_closing = len(SDK_LOG)
+                    sdk_complaints(log_mark, incoming, env)
+                    env.aside.append(Aside(len(SDK_LOG), "while the session closed"))
         finally:
             if not errlog.closed:
                 errlog.close()
@@ -347,8 +387,9 @@ async def open_session(env: Env, elicitation_callback=None) -> AsyncIterator[Ses
 
 
 @asynccontextmanager
-async def http_server(server: str) -> AsyncIterator[HttpServer]:
-    """Launches `server --http 127.0.0.1:0`, waits until it serves, kills it at the end.
+async def http_server(server: str, extra_args: Sequence[str] = ()) -> AsyncIterator[HttpServer]:
+    """Launches `server --http 127.0.0.1:0` (after SERVER_FLAGS and `extra_args`), waits until
+    it serves, kills it at the end.
 
     Port 0: the kernel picks a free port, which the server logs ("serving MCP tasks at
     http://127.0.0.1:<port>/mcp"); no window in which another process could take it.
@@ -357,6 +398,7 @@ async def http_server(server: str) -> AsyncIterator[HttpServer]:
     proc = await asyncio.create_subprocess_exec(
         server,
         *SERVER_FLAGS,
+        *extra_args,
         "--http",
         "127.0.0.1:0",
         stdin=asyncio.subprocess.DEVNULL,
@@ -466,12 +508,19 @@ async def poll_to_terminal(s: Session, task_id: str, timeout: float = 15.0) -> l
 # ---------------------------------------------------------------------------------------
 # checks: each takes a fresh Session (or the Env, when it needs its own session options)
 
-CHECKS: list[tuple[str, Callable[..., Awaitable[None]], bool]] = []
+class Check(NamedTuple):
+    name: str
+    fn: Callable[..., Awaitable[None]]
+    wants_env: bool  # fn takes the Env (and opens its sessions itself), not a Session
+    http_only: str | None  # why the check only makes sense over HTTP; over stdio it is N/A
 
 
-def check(name: str, *, wants_env: bool = False):
+CHECKS: list[Check] = []
+
+
+def check(name: str, *, wants_env: bool = False, http_only: str | None = None):
     def register(fn):
-        CHECKS.append((name, fn, wants_env))
+        CHECKS.append(Check(name, fn, wants_env, http_only))
         return fn
 
     return register
@@ -721,6 +770,111 @@ async def check_ask(env: Env) -> None:
         assert final.status == "completed", f"ask ended {final.status}"
 
 
+IDENTITY_HEADER = "X-Forwarded-User"
+
+
+async def raw_post(url: str, headers: list[tuple[str, str]], body: dict[str, Any]) -> httpx.Response:
+    """One JSON-RPC POST outside the SDK (which cannot resume a session id it did not open),
+    with the header fields a 2025-11-25 client sends plus `headers` (a list, so a field can be
+    sent twice)."""
+    fields = [
+        ("Accept", "application/json, text/event-stream"),
+        ("Content-Type", "application/json"),
+        ("Mcp-Protocol-Version", PROTOCOL),
+        *headers,
+    ]
+    async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as client:
+        return await client.post(url, headers=fields, json=body)
+
+
+def http_statuses(e: BaseException) -> list[int]:
+    """The HTTP statuses of the httpx.HTTPStatusErrors among an exception's leaves."""
+    return [leaf.response.status_code for leaf in leaf_errors(e) if isinstance(leaf, httpx.HTTPStatusError)]
+
+
+@check(
+    f"--identity-header {IDENTITY_HEADER}: an identity sees only its own tasks, its session is 404 to another identity, no identity (or two) is 401",
+    wants_env=True,
+    http_only="identities come from an HTTP header",
+)
+async def check_identities(env: Env) -> None:
+    async with http_server(env.server, ["--identity-header", IDENTITY_HEADER]) as server:
+        env.stderr = server.stderr
+        env.notes.append(f"own server at {server.url} with --identity-header {IDENTITY_HEADER}")
+        async with (
+            open_session(env, http=server, headers={IDENTITY_HEADER: "alice"}) as alice,
+            open_session(env, http=server, headers={IDENTITY_HEADER: "bob"}) as bob,
+        ):
+            assert alice.http_session_id and bob.http_session_id, "initialize over HTTP returned no Mcp-Session-Id"
+            assert alice.http_session_id != bob.http_session_id, "alice and bob were given the same session"
+            task = await create_task(alice, "sleep", {"ms": 60_000})
+            assert task.status == "working", f"a new task must be working, got {task.status}"
+            listed = await alice.tasks.list_tasks()
+            assert [t.taskId for t in listed.tasks] == [task.taskId], f"alice's tasks/list: {short(listed)}"
+
+            # Bob, in his own session, sees nothing of alice's and can do nothing to her task.
+            theirs = await bob.tasks.list_tasks()
+            assert not theirs.tasks, f"bob's tasks/list shows tasks he did not create: {short(theirs)}"
+            await expect_error(bob.tasks.get_task(task.taskId), INVALID_PARAMS, "bob's tasks/get of alice's task")
+            await expect_error(bob.tasks.cancel_task(task.taskId), INVALID_PARAMS, "bob's tasks/cancel of alice's task")
+
+            # Bob naming alice's session id gets the 404 of an unknown session. The Python SDK's
+            # streamable_http_client cannot be given a session id to resume, so this is a raw
+            # POST; the same request with alice's header shows it is well formed.
+            listing = {"jsonrpc": "2.0", "id": 1, "method": "tasks/list", "params": {}}
+            as_alice = await raw_post(
+                server.url, [(IDENTITY_HEADER, "alice"), ("Mcp-Session-Id", alice.http_session_id)], listing
+            )
+            assert as_alice.status_code == 200 and task.taskId in as_alice.text, (
+                f"alice's own raw tasks/list in her session: HTTP {as_alice.status_code} {as_alice.text[:300]}"
+            )
+            hijack = await raw_post(
+                server.url, [(IDENTITY_HEADER, "bob"), ("Mcp-Session-Id", alice.http_session_id)], listing
+            )
+            assert hijack.status_code == 404, (
+                f"bob naming alice's session id: expected HTTP 404 (unknown session), got "
+                f"{hijack.status_code} {hijack.text[:300]}"
+            )
+            assert task.taskId not in hijack.text, "the 404 answer to bob names alice's task"
+            still = await alice.tasks.get_task(task.taskId)
+            assert still.status == "working", f"after bob's attempts alice's task is {still.status}"
+
+            # Without the header, and with it twice (ambiguous), nobody is named: 401.
+            refused = Aside(len(SDK_LOG), "while a client without the identity header tried to connect")
+            env.aside.append(refused)
+            connected = False
+            try:
+                with anyio.fail_after(REQUEST_TIMEOUT_S):
+                    async with open_session(env, http=server):
+                        connected = True
+            except Exception as e:
+                statuses = http_statuses(e)
+                if 401 not in statuses:
+                    raise AssertionError(
+                        f"a client without {IDENTITY_HEADER}: expected HTTP 401, got {statuses or main_error(e)!r}"
+                    ) from None
+            finally:
+                refused.end = len(SDK_LOG)
+            assert not connected, f"a client without {IDENTITY_HEADER} connected"
+            initialize = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": PROTOCOL,
+                    "capabilities": {},
+                    "clientInfo": {"name": "mcp-task-store-interop-py", "version": "0.1.0"},
+                },
+            }
+            twice = await raw_post(server.url, [(IDENTITY_HEADER, "alice"), (IDENTITY_HEADER, "bob")], initialize)
+            assert twice.status_code == 401, (
+                f"initialize with {IDENTITY_HEADER} sent twice: expected HTTP 401, got {twice.status_code} {twice.text[:300]}"
+            )
+
+            cancelled = await alice.tasks.cancel_task(task.taskId)
+            assert cancelled.status == "cancelled", f"alice's tasks/cancel answered {cancelled.status}"
+
+
 # ---------------------------------------------------------------------------------------
 # runner
 
@@ -730,6 +884,7 @@ class Tally:
     passed: int = 0
     failed: int = 0
     skipped: int = 0
+    not_applicable: int = 0  # HTTP-only checks over stdio
     failures: list[str] = field(default_factory=list)
 
 
@@ -766,7 +921,7 @@ async def run_check(env: Env, name: str, fn, wants_env: bool, tally: Tally, inde
     verdict: BaseException | None = None  # what the check body itself raised
     env.stderr = None
     env.notes = []
-    env.log_closing = None
+    env.aside = []
     try:
         with anyio.fail_after(CHECK_TIMEOUT_S):
             if wants_env:
@@ -784,9 +939,15 @@ async def run_check(env: Env, name: str, fn, wants_env: bool, tally: Tally, inde
         if e is None or not isinstance(e, Exception):
             raise
     else:
-        if env.log_closing is not None:
-            for record in SDK_LOG[env.log_closing :]:
-                env.notes.append(f"the SDK logged while the session closed (not checked): {log_summary(record)}")
+        # What the SDK logged in the aside spans; the last one (the last session's closing) runs
+        # on to the end of the check.
+        why: dict[int, str] = {}
+        for n, span in enumerate(env.aside):
+            end = len(SDK_LOG) if span.end is None or n == len(env.aside) - 1 else span.end
+            for i in range(span.start, end):
+                why.setdefault(i, span.why)
+        for i in sorted(why):
+            env.notes.append(f"the SDK logged {why[i]} (not checked): {log_summary(SDK_LOG[i])}")
         tally.passed += 1
         print(f"PASS {label} ({time.monotonic() - started:.2f} s)", flush=True)
         print_notes(env)
@@ -816,18 +977,22 @@ async def run_check(env: Env, name: str, fn, wants_env: bool, tally: Tally, inde
 
 
 async def run_transport(server: str, transport: str, only: str | None, tally: Tally) -> None:
-    selected = [(i, c) for i, c in enumerate(CHECKS, 1) if not only or only in c[0]]
+    selected = [(i, c) for i, c in enumerate(CHECKS, 1) if not only or only in c.name]
     if transport == "stdio":
         env = Env(server, "stdio")
-        for i, (name, fn, wants_env) in selected:
-            await run_check(env, name, fn, wants_env, tally, i)
+        for i, c in selected:
+            if c.http_only:
+                tally.not_applicable += 1
+                print(f"N/A  [stdio] {i}. {c.name}: HTTP only ({c.http_only}), not run over stdio", flush=True)
+                continue
+            await run_check(env, c.name, c.fn, c.wants_env, tally, i)
         return
     try:
         async with http_server(server) as http:
             print(f"# http: server at {http.url}", flush=True)
             env = Env(server, "http", http)
-            for i, (name, fn, wants_env) in selected:
-                await run_check(env, name, fn, wants_env, tally, i)
+            for i, c in selected:
+                await run_check(env, c.name, c.fn, c.wants_env, tally, i)
     except Exception as raw:
         e = main_error(raw) or raw
         tally.failed += 1
@@ -856,12 +1021,13 @@ async def main() -> int:
     for transport in transports:
         await run_transport(server, transport, args.only, tally)
     if tally.passed + tally.failed + tally.skipped == 0:
-        print("no check selected", flush=True)
+        print("no check selected" if not tally.not_applicable else "no selected check runs over this transport", flush=True)
         return 2
     print(f"# took {time.monotonic() - started:.1f} s", flush=True)
     for f in tally.failures:
         print(f"# failed: {f}", flush=True)
-    print(f"summary: {tally.passed} passed, {tally.failed} failed, {tally.skipped} skipped", flush=True)
+    na = f", {tally.not_applicable} HTTP-only not run over stdio" if tally.not_applicable else ""
+    print(f"summary: {tally.passed} passed, {tally.failed} failed, {tally.skipped} skipped{na}", flush=True)
     # A skipped check is a check that did not run: the run fails, so nothing is ever
     # skipped silently by a CI that only looks at the exit code.
     return 1 if tally.failed or tally.skipped else 0
