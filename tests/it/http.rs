@@ -1520,30 +1520,41 @@ fn stopping_the_server_ends_task_subscriptions_with_their_result() {
 /// Sends a 2026-07-28 `subscriptions/listen` for `task_ids`: `Ok` with the stream read past
 /// its head when the answer opens an event stream, `Err` with the JSON answer otherwise.
 fn try_listen(addr: SocketAddr, id: &str, task_ids: Value) -> Result<BufReader<TcpStream>, Value> {
+    try_listen_with(addr, &[], id, task_ids)
+}
+
+/// [`try_listen`] with `headers` besides the usual ones (credentials, say).
+pub(crate) fn try_listen_with(
+    addr: SocketAddr,
+    headers: &[(&str, &str)],
+    id: &str,
+    task_ids: Value,
+) -> Result<BufReader<TcpStream>, Value> {
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
                       "params": {"_meta": meta_2026(true), "notifications": {"taskIds": task_ids}}})
     .to_string();
+    let mut all = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("Mcp-Method", "subscriptions/listen"),
+    ];
+    all.extend_from_slice(headers);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if let Some(answer) = listen_once(addr, &body) {
+        if let Some(answer) = listen_once(addr, &all, &body) {
             return answer;
         }
         assert!(Instant::now() < deadline, "turned away for 10 s");
     }
 }
 
-/// One attempt of [`try_listen`]: `None` when the server turned the connection away.
-fn listen_once(addr: SocketAddr, body: &str) -> Option<Result<BufReader<TcpStream>, Value>> {
-    let stream = write_request(
-        addr,
-        "POST",
-        &[
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("Mcp-Method", "subscriptions/listen"),
-        ],
-        body.as_bytes(),
-    );
+/// One attempt of [`try_listen_with`]: `None` when the server turned the connection away.
+fn listen_once(
+    addr: SocketAddr,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Option<Result<BufReader<TcpStream>, Value>> {
+    let stream = write_request(addr, "POST", headers, body.as_bytes());
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();

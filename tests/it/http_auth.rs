@@ -2,17 +2,16 @@
 //! the tasks of each identity are out of every other identity's reach, over both protocol
 //! revisions, event routing included.
 
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::time::Duration;
 
 use mcp_task_store::server::{Authenticate, HttpOptions, HttpServer, RequestHead, Unauthorized};
 use mcp_task_store::{SessionId, TaskId, TaskStore};
 use serde_json::{json, Value};
 
 use crate::fixtures::demo_http_server;
-use crate::http::{meta_2026, next_event, send, write_request};
+use crate::http::{meta_2026, next_event, send, try_listen_with};
 use crate::raw_http::Reply;
 
 const CHALLENGE: &str =
@@ -114,30 +113,10 @@ fn task_request(addr: SocketAddr, who: &str, method: &str, id: &str) -> Value {
 
 /// Opens a task subscription as `who`; returns the stream, its acknowledgement read.
 fn listen_as(addr: SocketAddr, who: &str, task_ids: Value) -> (BufReader<TcpStream>, Value) {
-    let body = json!({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
-                      "params": {"_meta": meta_2026(true), "notifications": {"taskIds": task_ids}}});
-    let stream = write_request(
-        addr,
-        "POST",
-        &[
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("Mcp-Method", "subscriptions/listen"),
-            ("Authorization", &bearer(who)),
-        ],
-        body.to_string().as_bytes(),
-    );
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut events = BufReader::new(stream);
-    let mut line = String::new();
-    events.read_line(&mut line).unwrap();
-    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
-    while line != "\r\n" {
-        line.clear();
-        events.read_line(&mut line).unwrap();
-    }
+    let authorization = bearer(who);
+    let credentials = [("Authorization", authorization.as_str())];
+    let mut events = try_listen_with(addr, &credentials, "L", task_ids)
+        .unwrap_or_else(|answer| panic!("not an event stream but {answer}"));
     let ack = next_event(&mut events);
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
     let listed = ack["params"]["notifications"]["taskIds"].clone();
