@@ -379,6 +379,40 @@ fn at_the_session_limit_an_identity_ends_its_own_quiet_sessions_first() {
     );
 }
 
+/// At the session limit, an identity whose own quiet sessions all hold live tasks (more of
+/// them than one eviction looks at: 32) still gets a session: another identity's quiet
+/// session with no live task is ended, as when it has no session at all. Its own busy
+/// sessions must not fill the window that the others' are looked for in.
+#[test]
+fn at_the_session_limit_an_identitys_busy_sessions_hide_no_one_elses_quiet_ones() {
+    use mcp_task_store::CreateTask;
+    const BUSY: usize = 40;
+    let (http, store) = demo_http_server(HttpOptions {
+        authenticate: Some(hook()),
+        max_sessions: BUSY + 1,
+        ..HttpOptions::default()
+    });
+    let addr = http.local_addr();
+    let bobs = initialize_as(addr, "bob");
+    for _ in 0..BUSY {
+        let session = initialize_as(addr, "alice");
+        let mut task = CreateTask::new();
+        task.session = Some(SessionId::new(session));
+        store.create(task).unwrap();
+    }
+    // Every one of alice's sessions is quiet but holds a live task; bob's holds nothing.
+    let alices = initialize_as(addr, "alice");
+    let ping_as = |who: &str, session: &str| {
+        post_as(addr, Some(who), &[("Mcp-Session-Id", session)], &ping()).status
+    };
+    assert_eq!(ping_as("alice", &alices), 200);
+    assert_eq!(
+        ping_as("bob", &bobs),
+        404,
+        "bob's quiet session made the room"
+    );
+}
+
 /// No identity holds more than `max_sessions_per_identity` sessions: past it, its
 /// `initialize` ends one of its own quiet sessions, or gets 503 when all are busy, and
 /// other identities are served all the same.

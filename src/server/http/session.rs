@@ -25,7 +25,8 @@ use crate::TaskStore;
 
 /// How many of the least recently active quiet sessions an `initialize` at
 /// [`HttpOptions::max_sessions`](super::HttpOptions::max_sessions) looks at (a store
-/// listing each) for one to end.
+/// listing each) for one to end: as many of its own identity's, then as many of the
+/// others' (see [`evict_quiet_session`]).
 const EVICTION_CANDIDATES: usize = 32;
 /// How many sessions one `initialize` may end to make room, should other ones take the
 /// room first.
@@ -303,8 +304,9 @@ fn open_session(state: &Arc<State>, identity: &Identity, responder: Responder, m
 /// session cancels those; a finished one's result is all it gives up). Looks at the
 /// [`EVICTION_CANDIDATES`] least recently active quiet sessions; false if none can go.
 /// With identities, `identity`'s own sessions come first (an identity that opens sessions
-/// and never ends them ends its own before anyone else's), and with `only_own` they are
-/// the only ones looked at.
+/// and never ends them ends its own before anyone else's), then as many of the other
+/// identities' (own ones that all hold live tasks must not hide every other session),
+/// and with `only_own` its own are the only ones looked at.
 ///
 /// Their tasks are listed with the sessions lock released: every request takes that lock,
 /// and would wait behind the store (a journal's fsync, say) otherwise. So a request that
@@ -321,10 +323,13 @@ fn evict_quiet_session(state: &State, identity: &Identity, only_own: bool) -> bo
             (session.clone(), begun, *session.last_active.lock())
         })
         .collect();
-    candidates
-        .sort_by_key(|(session, _, last_active)| (session.identity != *identity, *last_active));
+    candidates.sort_by_key(|&(_, _, last_active)| last_active);
+    let (own, others): (Vec<_>, Vec<_>) =
+        (candidates.into_iter()).partition(|(session, _, _)| session.identity == *identity);
+    let looked_at = (own.into_iter().take(EVICTION_CANDIDATES))
+        .chain(others.into_iter().take(EVICTION_CANDIDATES));
     let store = state.server.store();
-    for (session, begun, last_active) in candidates.into_iter().take(EVICTION_CANDIDATES) {
+    for (session, begun, last_active) in looked_at {
         match has_live_tasks(store.as_ref(), &session.id) {
             Ok(false) => {}
             Ok(true) => continue,
