@@ -227,14 +227,6 @@ impl TaskStore for OnlyRequired {
     ) -> Result<Task, StoreError> {
         self.0.update_status(id, session, status, message)
     }
-    fn set_status_message(
-        &self,
-        id: TaskId,
-        session: Option<&SessionId>,
-        message: Option<String>,
-    ) -> Result<Task, StoreError> {
-        self.0.set_status_message(id, session, message)
-    }
     fn store_result(
         &self,
         id: TaskId,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use mcp_task_store::store::STOP_POLL;
 use mcp_task_store::{
     Clock, CreateTask, ExpiryPolicy, LimitScope, ManualClock, Outcome, SessionId, Store,
-    StoreError, StoreEvent, StoreHandle, TaskId, TaskStatus, TaskStore, WaitStop,
+    StoreError, StoreEvent, StoreHandle, Task, TaskId, TaskStatus, TaskStore, WaitStop,
 };
 use serde_json::json;
 
@@ -237,6 +237,72 @@ fn a_status_message_never_undoes_a_concurrent_status_change() {
         let task = store.get(id, None).unwrap();
         assert_eq!(task.status, TaskStatus::InputRequired, "round {round}");
     }
+}
+
+/// For one caller, a status message set in one step does what reading the status and
+/// writing it back does, and so does the trait's default (a store that implements only what
+/// the trait requires): the same task, one status event alike, the same refusals.
+#[test]
+fn a_status_message_is_an_update_keeping_the_status_whoever_sets_it() {
+    let store = Store::builder().build().unwrap();
+    let events = store.subscribe().unwrap();
+    let plain = OnlyRequired::new(store.handle());
+    let s = SessionId::new("s");
+    type Set<'a> =
+        &'a dyn Fn(TaskId, Option<&SessionId>, Option<String>) -> Result<Task, StoreError>;
+    let one_step: Set = &|id, session, message| store.set_status_message(id, session, message);
+    let default: Set = &|id, session, message| plain.set_status_message(id, session, message);
+    let two_steps: Set = &|id, session, message| {
+        let status = store.get(id, session)?.status;
+        store.update_status(id, session, status, message)
+    };
+    let mut outcomes = Vec::new();
+    for set in [one_step, default, two_steps] {
+        let mut create = CreateTask::new();
+        create.session = Some(s.clone());
+        let id = store.create(create).unwrap().task_id;
+        store
+            .update_status(id, Some(&s), TaskStatus::InputRequired, None)
+            .unwrap();
+        while events.try_recv().is_ok() {}
+        let task = set(id, Some(&s), Some("asked".into())).unwrap();
+        let event = events
+            .try_recv()
+            .expect("a status event, sent before the call returned");
+        assert_eq!(
+            event,
+            StoreEvent::Status {
+                task: task.clone(),
+                session: Some(s.clone())
+            }
+        );
+        assert!(events.try_recv().is_err(), "one event");
+        let cleared = set(id, Some(&s), None).unwrap();
+        let foreign = set(id, None, Some("x".into()));
+        store.cancel(id, Some(&s), None).unwrap();
+        let late = set(id, Some(&s), Some("late".into()));
+        let shape = |t: &Task| (t.status, t.status_message.clone());
+        outcomes.push((
+            shape(&task),
+            shape(&cleared),
+            foreign,
+            late.map(|t| shape(&t)),
+        ));
+    }
+    assert_eq!(
+        outcomes[0],
+        (
+            (TaskStatus::InputRequired, Some("asked".to_owned())),
+            (TaskStatus::InputRequired, None),
+            Err(StoreError::NotFound),
+            Err(StoreError::InvalidTransition {
+                from: TaskStatus::Cancelled,
+                to: TaskStatus::Cancelled
+            }),
+        )
+    );
+    assert_eq!(outcomes[1], outcomes[0], "the trait's default");
+    assert_eq!(outcomes[2], outcomes[0], "get, then update_status");
 }
 
 #[test]

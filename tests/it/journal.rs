@@ -41,6 +41,29 @@ fn log_file(dir: &Path) -> PathBuf {
     logs.pop().unwrap()
 }
 
+/// A status message set in one step is journaled as any update is: after a restart the
+/// task has it, and the status it kept.
+#[test]
+fn a_status_message_set_in_one_step_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = {
+        let store = open(dir.path());
+        let id = store.create(CreateTask::new()).unwrap().task_id;
+        store
+            .update_status(id, None, TaskStatus::InputRequired, None)
+            .unwrap();
+        store
+            .set_status_message(id, None, Some("asked".into()))
+            .unwrap();
+        id
+    };
+    let task = open(dir.path()).get(id, None).unwrap();
+    assert_eq!(
+        (task.status, task.status_message.as_deref()),
+        (TaskStatus::InputRequired, Some("asked"))
+    );
+}
+
 #[test]
 fn a_journal_path_that_is_not_a_directory_is_refused_plainly() {
     let dir = tempfile::tempdir().unwrap();
