@@ -40,9 +40,10 @@ pub struct StoreConfig {
     pub poll_interval: Duration,
     /// Tasks per `list` page (default 100).
     pub page_size: usize,
-    /// Most live tasks in the store; `None` means no limit.
+    /// Most tasks the store holds, finished ones included until their TTL removes them
+    /// (tasks failed by expiry stop counting); `None` means no limit.
     pub max_tasks: Option<usize>,
-    /// Most live tasks per session; sessionless tasks are not counted. `None` means no limit.
+    /// The same per session; sessionless tasks are not counted. `None` means no limit.
     pub max_tasks_per_session: Option<usize>,
     /// What to do with running tasks whose TTL runs out.
     pub expiry: ExpiryPolicy,

@@ -100,13 +100,13 @@ impl StoreBuilder {
         self
     }
 
-    /// Most live tasks in the store.
+    /// Most tasks the store holds (see [`StoreConfig::max_tasks`]).
     pub fn max_tasks(mut self, max: usize) -> Self {
         self.config.max_tasks = Some(max);
         self
     }
 
-    /// Most live tasks per session.
+    /// Most tasks a session holds (see [`StoreConfig::max_tasks_per_session`]).
     pub fn max_tasks_per_session(mut self, max: usize) -> Self {
         self.config.max_tasks_per_session = Some(max);
         self

@@ -785,6 +785,37 @@ fn the_handle_serves_the_store_trait() {
     );
 }
 
+/// The task limits count the tasks a store holds, finished ones included until their TTL
+/// removes them (as the binary's `--help` says), not only live ones: an HTTP identity that
+/// finished its share waits for the TTLs.
+#[test]
+fn finished_tasks_count_toward_the_limits_until_their_ttl() {
+    let clock = ManualClock::new();
+    let store = Store::builder()
+        .clock(clock.clone())
+        .default_ttl(Duration::from_secs(60))
+        .max_tasks_per_session(1)
+        .build()
+        .unwrap();
+    let s = SessionId::new("auth:alice");
+    let task = store
+        .create(CreateTask::new().session("auth:alice"))
+        .unwrap();
+    store.cancel(task.task_id, Some(&s), None).unwrap();
+    assert_eq!(
+        store.create(CreateTask::new().session("auth:alice")),
+        Err(StoreError::LimitExceeded {
+            scope: LimitScope::Session,
+            limit: 1
+        })
+    );
+    clock.advance(Duration::from_secs(60));
+    store.sync().unwrap();
+    store
+        .create(CreateTask::new().session("auth:alice"))
+        .unwrap();
+}
+
 /// Reads are served on the calling thread when they change nothing; a change that has
 /// returned to anyone must still be visible to every read that starts after it, on any
 /// thread, and a task past its TTL must never be read as live.

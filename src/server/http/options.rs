@@ -68,8 +68,9 @@ pub struct HttpOptions {
     /// belongs to the identity that created it: another identity's `tasks/get`,
     /// `tasks/update`, `tasks/cancel` and `subscriptions/listen` find no such task. Those
     /// tasks live in the store session `auth:<identity>`, so a journaled store keeps the
-    /// binding across restarts, and [`StoreConfig::max_tasks_per_session`] caps each
-    /// identity's live 2026-07-28 tasks (each of its 2025-11-25 sessions is capped apart).
+    /// binding across restarts, and [`StoreConfig::max_tasks_per_session`] caps the
+    /// 2026-07-28 tasks each identity holds, finished ones included until their TTL removes
+    /// them (each of its 2025-11-25 sessions is capped apart).
     /// Return a stable id (not a token that rotates): a new identity sees none of the old
     /// one's tasks. An identity holds at most
     /// [`max_sessions_per_identity`](Self::max_sessions_per_identity) sessions, and an
