@@ -635,6 +635,18 @@ fn a_printed_builder_shows_header_names_but_not_their_values() {
 }
 
 #[test]
+fn a_printed_endpoint_shows_header_names_but_not_their_values() {
+    let headers = [("Authorization".to_owned(), "Bearer s3cret".to_owned())];
+    let endpoint = super::wire::Endpoint::parse("http://127.0.0.1:9/mcp")
+        .unwrap()
+        .with_headers(&headers)
+        .unwrap();
+    let printed = format!("{endpoint:?}");
+    assert!(printed.contains("Authorization"), "{printed}");
+    assert!(!printed.contains("s3cret"), "{printed}");
+}
+
+#[test]
 fn header_fields_the_transport_sets_or_cannot_send_are_refused() {
     for (name, value) in [
         ("Mcp-Session-Id", "s9"),

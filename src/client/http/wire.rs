@@ -15,7 +15,7 @@ use crate::protocol::jsonrpc::RequestId;
 use crate::protocol::lines::{read_line, Line};
 
 /// Where the MCP endpoint is.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(super) struct Endpoint {
     /// `host:port`, for connecting and for the `Host` header.
     pub(super) authority: String,
@@ -40,6 +40,20 @@ const OWN_HEADERS: &[&str] = &[
     "Mcp-Name",
     "Last-Event-ID",
 ];
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The extra fields' values are credentials, often: names only, as the builder does.
+        let names: Vec<&str> = (self.extra_headers.iter())
+            .map(|(n, _)| n.as_str())
+            .collect();
+        f.debug_struct("Endpoint")
+            .field("authority", &self.authority)
+            .field("path", &self.path)
+            .field("extra_header_names", &names)
+            .finish()
+    }
+}
 
 impl Endpoint {
     pub(super) fn parse(url: &str) -> Result<Endpoint, ClientError> {
