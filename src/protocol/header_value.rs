@@ -2,10 +2,19 @@
 //! ride in an HTTP header as it is (not printable ASCII, padded with spaces, or looking
 //! like the encoded form itself) travels as `=?base64?{standard Base64 of its UTF-8}?=`.
 //! The client encodes what it sends; the server decodes before comparing with the body.
+//! Also what both take for a field name ([`is_token`]).
 
 const PREFIX: &str = "=?base64?";
 const SUFFIX: &str = "?=";
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Whether `s` is an RFC 9110 token: a header field name (or a method, a media type's
+/// parts).
+pub(crate) fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
 
 /// `value` as a header carries it: as it is when it is printable ASCII (0x20-0x7E)
 /// without leading or trailing spaces and does not look encoded, else encoded.

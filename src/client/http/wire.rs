@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use super::connections::{OpenConnection, OpenConnections};
 use crate::client::transport::{Shared, MAX_SERVER_MESSAGE};
 use crate::client::ClientError;
+use crate::protocol::header_value;
 use crate::protocol::jsonrpc::RequestId;
 use crate::protocol::lines::{read_line, Line};
 
@@ -114,8 +115,7 @@ impl Endpoint {
         headers: &[(String, String)],
     ) -> Result<Endpoint, ClientError> {
         for (name, value) in headers {
-            let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-            if name.is_empty() || !name.bytes().all(token) {
+            if !header_value::is_token(name) {
                 return Err(ClientError::Unsupported(format!(
                     "http_header: {name:?} is not a header field name"
                 )));

@@ -26,6 +26,8 @@
 use std::io::{self, BufRead, Read};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub(super) use crate::protocol::header_value::is_token;
+
 /// Bounds on what one request head may hold.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Limits {
@@ -385,13 +387,6 @@ fn read_line(
 fn is_text(line: &[u8]) -> bool {
     line.iter()
         .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
-}
-
-/// Whether `s` is an RFC 9110 token (a field name, a method).
-pub(super) fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// Splits a non-empty field line (of a head or of a chunked body's trailer section) into
