@@ -115,9 +115,10 @@ impl ClientBuilder {
     /// (its `POST`s, its `GET` event stream, the `DELETE` that ends its session): the
     /// credentials of a server that authenticates clients, say `("Authorization",
     /// "Bearer …")`. Call it again for more fields. [`connect_http`](Self::connect_http)
-    /// refuses (with [`ClientError::Unsupported`]) a name that is not a header name or is
-    /// one the transport sets itself (`Host`, `Content-Type`, `Mcp-Session-Id`...), and a
-    /// value holding a line break or another control character. Ignored over stdio.
+    /// refuses (with [`ClientError::Unsupported`]) a name that is not a header name, is
+    /// given twice, or is one the transport sets itself (`Host`, `Content-Type`,
+    /// `Mcp-Session-Id`...), and a value holding a line break or another control
+    /// character. Ignored over stdio.
     pub fn http_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         (self.config.http_headers.0).push((name.into(), value.into()));
         self

@@ -43,7 +43,8 @@ const LIMIT_RECLAIM_STEP: usize = 64;
 /// Counters describing a store's current load.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct StoreStats {
-    /// Live tasks (including expired ones not yet reclaimed).
+    /// Tasks held: working and finished ones (until their TTL removes them), and expired
+    /// ones not yet reclaimed.
     pub tasks: usize,
     /// Callers blocked in a wait.
     pub waiters: usize,

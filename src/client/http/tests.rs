@@ -666,6 +666,15 @@ fn header_fields_the_transport_sets_or_cannot_send_are_refused() {
             "{name:?}: {error}"
         );
     }
+    let twice = Client::builder()
+        .http_header("X-Tenant", "blue")
+        .http_header("x-tenant", "green")
+        .connect_http("http://127.0.0.1:9/mcp")
+        .unwrap_err();
+    assert!(
+        matches!(&twice, ClientError::Unsupported(why) if why.contains("twice")),
+        "{twice}"
+    );
 }
 
 /// A transport of its own (no client around it), whose idle timeout is `idle`.

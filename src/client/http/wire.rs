@@ -114,7 +114,17 @@ impl Endpoint {
         mut self,
         headers: &[(String, String)],
     ) -> Result<Endpoint, ClientError> {
-        for (name, value) in headers {
+        for (i, (name, value)) in headers.iter().enumerate() {
+            // A field sent twice is ambiguous, and a server may then take it as absent
+            // (this crate's does, for the identity it reads).
+            if headers[..i]
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case(name))
+            {
+                return Err(ClientError::Unsupported(format!(
+                    "http_header: {name} is given twice"
+                )));
+            }
             if !header_value::is_token(name) {
                 return Err(ClientError::Unsupported(format!(
                     "http_header: {name:?} is not a header field name"

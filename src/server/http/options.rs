@@ -40,7 +40,7 @@ pub struct HttpOptions {
     /// holds at once (default 64), so that no identity can take all of `max_sessions`
     /// and lock the others out. An `initialize` beyond it ends that identity's least
     /// recently active quiet session, as at `max_sessions`, and gets HTTP 503 if it has
-    /// none.
+    /// none. 0 counts as 1.
     pub max_sessions_per_identity: usize,
     /// A 2025-11-25 session with no request in progress, no open event stream and no
     /// request for this long is ended as if the client had sent `DELETE` (its live tasks
