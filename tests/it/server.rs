@@ -89,6 +89,32 @@ fn deep_ask_tool() -> Tool {
     )
 }
 
+/// Asks `?` through elicitation while another of its threads reports `step 0` to
+/// `step 199` as the status message.
+fn chatty_ask_tool() -> Tool {
+    Tool::new(
+        "chatty_ask",
+        "Asks while reporting progress from another thread",
+        json!({"type": "object"}),
+        TaskSupport::Required,
+        |_, ctx| {
+            let start = std::sync::Barrier::new(2);
+            std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    start.wait();
+                    for step in 0..200 {
+                        let _ = ctx.set_status_message(format!("step {step}"));
+                    }
+                });
+                start.wait();
+                let answer =
+                    ctx.elicit(json!({"message": "?", "requestedSchema": {"type": "object"}}))?;
+                Ok(text_result(answer.to_string()))
+            })
+        },
+    )
+}
+
 fn progress_tool() -> Tool {
     Tool::new(
         "progress",
@@ -138,6 +164,7 @@ impl Harness {
             boom_tool(),
             panic_tool(),
             progress_tool(),
+            chatty_ask_tool(),
             deep_tool(),
             deep_ask_tool(),
             ask_maybe_tool(),
@@ -1024,6 +1051,39 @@ fn ask_elicits_through_the_client_and_completes_with_the_answer() {
         [TaskStatus::Working, TaskStatus::Completed],
         "{statuses:?}"
     );
+}
+
+/// A tool's progress messages from one of its threads never undo the `input_required`
+/// that a question from another set: the client sees the question and the status agree.
+/// (Each round's race is lost about half the time when a message is set by reading the
+/// status and writing it back.)
+#[test]
+fn progress_messages_never_hide_a_question_behind_working() {
+    let mut h = Harness::new();
+    h.initialize(json!({"elicitation": {"form": {}}}));
+    for round in 0..8 {
+        let id = h.start("chatty_ask", json!({}));
+        let elicitation = h.next_outgoing("elicitation/create");
+        let deadline = std::time::Instant::now() + WAIT;
+        let task = loop {
+            let task = h.result("tasks/get", json!({"taskId": id}));
+            if task["statusMessage"] == "step 199" {
+                break task;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: {task}"
+            );
+        };
+        assert_eq!(task["status"], "input_required", "round {round}");
+        let answer =
+            json!({"jsonrpc": "2.0", "id": elicitation["id"], "result": {"action": "decline"}});
+        h.connection.handle_text(
+            &answer.to_string(),
+            Box::new(|_| panic!("a response gets no response")),
+        );
+        h.result("tasks/result", json!({"taskId": id}));
+    }
 }
 
 /// Found by `hostile::elicitation_answers_of_any_shape_2025` (minimised: the client
