@@ -467,3 +467,42 @@ fn no_identity_holds_more_sessions_than_its_share() {
     };
     assert_eq!((ping_on(&sessions[0]), ping_on(&sessions[1])), (404, 200));
 }
+
+/// A journaled store keeps each identity's 2026-07-28 tasks bound to it across a restart:
+/// after one, alice finds her task (failed, as every task running at a restart is) and
+/// bob still finds none.
+#[test]
+fn a_journaled_store_keeps_each_identitys_tasks_across_a_restart() {
+    use mcp_task_store::server::Server;
+    use mcp_task_store::{JournalConfig, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let serve = || {
+        let store = Store::builder()
+            .journal(JournalConfig::new(dir.path()))
+            .build()
+            .unwrap();
+        let mut builder = Server::builder().store(Arc::new(store.handle()));
+        for tool in mcp_task_store::server::demo::tools() {
+            builder = builder.tool(tool);
+        }
+        let options = HttpOptions {
+            authenticate: Some(hook()),
+            ..HttpOptions::default()
+        };
+        let http = HttpServer::bind(builder.build().unwrap(), "127.0.0.1:0", options).unwrap();
+        (http, store)
+    };
+    let (http, store) = serve();
+    let id = start_task_as(http.local_addr(), "alice");
+    drop(http);
+    drop(store);
+
+    let (http, _store) = serve();
+    let addr = http.local_addr();
+    let got = task_request(addr, "alice", "tasks/get", &id);
+    assert_eq!(got["result"]["status"], "failed", "{got}");
+    let unknown = task_request(addr, "bob", "tasks/get", &TaskId::random().to_string());
+    let bobs = task_request(addr, "bob", "tasks/get", &id);
+    assert_eq!(bobs["error"]["code"], unknown["error"]["code"], "{bobs}");
+    assert!(bobs["result"].is_null(), "{bobs}");
+}
