@@ -79,7 +79,9 @@ pub struct Unauthorized {
 }
 
 impl Unauthorized {
-    /// HTTP 401: the request has no credentials, or ones that are not valid.
+    /// HTTP 401: the request has no credentials, or ones that are not valid. RFC 9110 has a
+    /// 401 name how to authenticate: give the challenge with
+    /// [`with_challenge`](Self::with_challenge).
     pub fn new(message: impl Into<String>) -> Unauthorized {
         Unauthorized {
             status: 401,
