@@ -153,7 +153,7 @@ pub(super) fn identify(state: &State, head: &Head) -> Result<Identity, (Answer, 
 }
 
 /// The store session that tasks created by `identity` over 2026-07-28 belong to. The
-/// prefix keeps it apart from 2025-11-25 sessions' ids, which are hexadecimal.
+/// prefix keeps it apart from 2025-11-25 sessions' ids, which are UUIDs the server made.
 fn store_session(identity: &str) -> SessionId {
     SessionId::new(format!("auth:{identity}"))
 }
