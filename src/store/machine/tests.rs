@@ -477,6 +477,7 @@ fn expiry_wakes_every_waiter() {
             (3, WakeOutcome::Input(Err(StoreError::NotFound))),
         ]
     );
+    assert_eq!(m.stats().waiters, 0, "nobody is left parked");
 }
 
 #[test]
@@ -690,6 +691,78 @@ fn a_recovered_ttl_beyond_100_years_is_cut_to_the_ceiling_and_still_counts_from_
     assert_eq!(m.take_changes().len(), 1, "the capped TTL is journaled");
     // Created at 0 on the wall clock; restored at 1 s: 100 years less 1 s left.
     assert_eq!(m.poll_timeout(), Some(Millis(CEILING_MS)));
+}
+
+#[test]
+fn handle_timeout_times_out_waits_in_bounded_batches_too() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    for token in 0..3 {
+        m.wait_terminal(at(0), id(1), None, Some(Millis(100)), token);
+    }
+    assert!(
+        m.handle_timeout(at(100), 2),
+        "one more wait is due after a batch of two"
+    );
+    assert_eq!(wakes(&mut m).len(), 2);
+    assert!(!m.handle_timeout(at(100), 2));
+    assert_eq!(wakes(&mut m).len(), 1);
+    assert_eq!(m.stats().waiters, 0);
+}
+
+#[test]
+fn no_change_lands_on_a_task_past_its_deadline_even_before_the_timer_runs() {
+    for expiry in [ExpiryPolicy::Remove, ExpiryPolicy::default()] {
+        let mut m = machine(StoreConfig { expiry, ..config() });
+        for n in 1..=2 {
+            m.create(at(0), id(n), CreateTask::new().ttl(100)).unwrap();
+        }
+        let stored = m.store_result(
+            at(100),
+            id(1),
+            None,
+            TaskStatus::Completed,
+            result(json!(1)),
+            None,
+        );
+        let asked = m.set_input_requests(at(100), id(2), None, requests(&["a"]));
+        for (n, refused) in [(1, stored), (2, asked)] {
+            match (expiry, refused) {
+                (ExpiryPolicy::Remove, Err(StoreError::NotFound)) => {}
+                (ExpiryPolicy::Fail { .. }, Err(StoreError::AlreadyTerminal(task)))
+                    if task.status == TaskStatus::Failed => {}
+                (_, other) => panic!("{expiry:?}, task {n}: {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn tasks_lingering_after_expiry_stay_uncounted_as_their_graces_end_one_by_one() {
+    let mut m = machine(StoreConfig {
+        max_tasks_per_session: Some(2),
+        expiry: ExpiryPolicy::Fail {
+            grace: Duration::from_millis(500),
+        },
+        ..config()
+    });
+    m.create(at(0), id(1), CreateTask::new().ttl(100).session("s"))
+        .unwrap();
+    m.create(at(0), id(2), CreateTask::new().ttl(200).session("s"))
+        .unwrap();
+    m.handle_timeout(at(200), usize::MAX); // both failed, lingering
+    m.handle_timeout(at(600), usize::MAX); // task 1's grace is over; task 2 lingers to 700
+    assert_eq!(m.len(), 1);
+    // Task 2 still does not count: two new tasks fit in the session, a third does not.
+    create_in(&mut m, 600, 3, "s");
+    create_in(&mut m, 600, 4, "s");
+    assert!(matches!(
+        m.create(at(600), id(5), CreateTask::new().session("s")),
+        Err(StoreError::LimitExceeded {
+            scope: LimitScope::Session,
+            limit: 2
+        })
+    ));
 }
 
 // ----- get ------------------------------------------------------------------------------
