@@ -2203,6 +2203,64 @@ fn a_wait_whose_deadline_came_before_its_tasks_expiry_times_out_even_if_settled_
 }
 
 #[test]
+fn a_wait_due_with_its_tasks_expiry_gets_the_expiry_however_late_it_is_settled() {
+    // On a tie the task's expiry comes first, whether the owner's timers or a read settle
+    // the task.
+    for settled_by_read in [false, true] {
+        let mut m = machine(config());
+        m.create(at(0), id(1), CreateTask::new().ttl(100)).unwrap();
+        m.wait_terminal(at(0), id(1), None, Some(Millis(100)), 1);
+        if settled_by_read {
+            m.get(at(150), id(1), None).unwrap();
+        } else {
+            m.handle_timeout(at(150), usize::MAX);
+        }
+        let woken = wakes(&mut m);
+        assert!(
+            matches!(
+                &woken[..],
+                [(1, WakeOutcome::Terminal(Ok(task)))] if task.status == TaskStatus::Failed
+            ),
+            "settled by read: {settled_by_read}: {woken:?}"
+        );
+    }
+}
+
+#[test]
+fn a_wait_whose_deadline_has_already_passed_times_out_at_once() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(0), id(1), None, requests(&["a"]))
+        .unwrap();
+    m.wait_terminal(at(100), id(1), None, Some(Millis(100)), 1);
+    m.wait_input(at(100), id(1), None, "a", Some(Millis(50)), 2);
+    assert_eq!(
+        wakes(&mut m),
+        vec![
+            (1, WakeOutcome::Terminal(Err(StoreError::Timeout))),
+            (2, WakeOutcome::Input(Err(StoreError::Timeout))),
+        ]
+    );
+    assert_eq!(m.stats().waiters, 0, "nothing is parked");
+}
+
+#[test]
+fn waiting_for_input_on_a_terminal_task_answers_already_terminal() {
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(0), id(1), None, requests(&["a"]))
+        .unwrap();
+    m.cancel(at(1), id(1), None, None).unwrap();
+    m.wait_input(at(2), id(1), None, "a", None, 1);
+    match wakes(&mut m).as_slice() {
+        [(1, WakeOutcome::Input(Err(StoreError::AlreadyTerminal(task))))] => {
+            assert_eq!(task.status, TaskStatus::Cancelled)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
 fn answered_waits_leave_no_timer_behind() {
     // Waits answered long before their timeout used to keep a timer until it; at a high
     // wait rate memory grew with rate x timeout.
