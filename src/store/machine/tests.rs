@@ -235,6 +235,44 @@ fn config_rejects_sizes_the_owner_thread_could_not_allocate_naming_the_field() {
     assert_eq!(largest.validate(), Ok(()));
 }
 
+#[test]
+fn the_machine_runs_with_the_configuration_it_was_given() {
+    let given = StoreConfig {
+        page_size: 7,
+        max_tasks: Some(9),
+        expiry: ExpiryPolicy::Remove,
+        ..config()
+    };
+    assert_eq!(machine(given.clone()).config(), &given);
+}
+
+#[test]
+fn the_store_is_empty_until_a_task_is_created_and_again_once_it_is_reclaimed() {
+    let mut m = machine(StoreConfig {
+        expiry: ExpiryPolicy::Remove,
+        ..config()
+    });
+    assert!(m.is_empty());
+    m.create(at(0), id(1), CreateTask::new().ttl(100)).unwrap();
+    assert!(!m.is_empty());
+    m.handle_timeout(at(100), usize::MAX);
+    assert!(m.is_empty());
+}
+
+#[test]
+fn dropping_the_machine_releases_the_tokens_of_parked_waiters() {
+    // The owner parks callers' reply slots as tokens: when the machine goes, they must go
+    // with it, so the callers still waiting learn the store is gone.
+    use std::rc::Rc;
+    let token = Rc::new(());
+    let mut m: StoreMachine<Rc<()>> = StoreMachine::new(config(), 0x5eed).unwrap();
+    m.create(at(0), id(1), CreateTask::new()).unwrap();
+    m.wait_terminal(at(0), id(1), None, None, Rc::clone(&token));
+    assert_eq!(Rc::strong_count(&token), 2, "parked");
+    drop(m);
+    assert_eq!(Rc::strong_count(&token), 1, "released with the machine");
+}
+
 // ----- TTL and expiry -------------------------------------------------------------------
 
 #[test]
@@ -2318,6 +2356,22 @@ fn too_many_waiters_on_one_task_are_refused() {
 fn no_events_are_built_until_enabled() {
     let mut m = machine(config());
     create(&mut m, 0, 1);
+    assert_eq!(m.poll_event(), None);
+}
+
+#[test]
+fn disabling_events_drops_the_ones_not_yet_polled() {
+    let mut m = machine(config());
+    m.set_events_enabled(true);
+    create(&mut m, 0, 1);
+    m.set_events_enabled(false);
+    assert_eq!(m.poll_event(), None, "nobody is left to take them");
+    m.set_events_enabled(true);
+    create(&mut m, 0, 2);
+    match m.poll_event() {
+        Some(StoreEvent::Created { task, .. }) => assert_eq!(task.task_id, id(2)),
+        other => panic!("unexpected {other:?}"),
+    }
     assert_eq!(m.poll_event(), None);
 }
 
