@@ -2660,3 +2660,164 @@ fn cursor_tags_are_a_fixed_function() {
     );
     assert_eq!(pinned, expected);
 }
+
+// ----- journaling and recovery ------------------------------------------------------------
+
+#[test]
+fn while_journaling_a_cancels_token_fires_only_once_poll_stop_hands_it_out() {
+    let mut m = machine(config());
+    m.set_journaling(true);
+    create(&mut m, 0, 1);
+    let token = m.cancel_token(at(0), id(1), None).unwrap();
+    m.cancel(at(1), id(1), None, None).unwrap();
+    assert!(
+        !token.is_cancelled(),
+        "the worker keeps running until the cancel is durable"
+    );
+    let stop = m.poll_stop().expect("the token to fire once synced");
+    assert!(m.poll_stop().is_none());
+    stop.cancel();
+    assert!(token.is_cancelled(), "it is the task's own token");
+}
+
+#[test]
+fn a_cursor_stays_valid_in_a_machine_restored_with_the_persisted_cursor_key() {
+    use crate::store::record::RecoveryPolicy;
+    let cfg = StoreConfig {
+        page_size: 1,
+        ..config()
+    };
+    let mut m: M = StoreMachine::new(cfg.clone(), 0xc0ffee).unwrap();
+    create(&mut m, 0, 1);
+    create(&mut m, 0, 2);
+    let cursor = m.list(at(0), None, None).unwrap().next_cursor.unwrap();
+    let (key, next_seq, records) = (m.cursor_key(), m.next_seq(), m.records());
+    let mut m: M =
+        StoreMachine::restore(cfg, key, next_seq, records, at(1), RecoveryPolicy::Keep).unwrap();
+    let page = m.list(at(1), None, Some(&cursor)).unwrap();
+    let listed: Vec<TaskId> = page.tasks.iter().map(|t| t.task_id).collect();
+    assert_eq!(listed, vec![id(2)]);
+}
+
+#[test]
+fn recovery_with_fail_running_fails_only_the_tasks_still_running() {
+    use crate::store::record::RecoveryPolicy;
+    let mut m = machine(config());
+    create(&mut m, 0, 1);
+    create(&mut m, 0, 2);
+    create(&mut m, 0, 3);
+    m.set_input_requests(at(1), id(2), None, requests(&["a"]))
+        .unwrap();
+    m.store_result(
+        at(1),
+        id(3),
+        None,
+        TaskStatus::Completed,
+        result(json!("done")),
+        None,
+    )
+    .unwrap();
+    let records = m.records();
+    let mut m: M = StoreMachine::restore(
+        config(),
+        0x5eed,
+        4,
+        records,
+        at(10),
+        RecoveryPolicy::FailRunning,
+    )
+    .unwrap();
+    for n in [1, 2] {
+        let task = m.get(at(10), id(n), None).unwrap();
+        assert_eq!(task.status, TaskStatus::Failed, "task {n}");
+        let message = task.status_message.unwrap_or_default();
+        assert!(message.contains("restarted"), "task {n}: {message}");
+    }
+    let done = m.get_result(at(10), id(3), None).unwrap();
+    assert_eq!(done.task.status, TaskStatus::Completed);
+    assert_eq!(done.outcome, result(json!("done")));
+    let changed: Vec<TaskId> = m.take_changes().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(
+        changed,
+        vec![id(1), id(2)],
+        "the journal learns of the failures"
+    );
+}
+
+#[test]
+fn input_requests_survive_a_restart_and_used_keys_stay_used() {
+    use crate::store::record::RecoveryPolicy;
+    let mut m = machine(config());
+    // Task 1 is done with its only key: answered and collected, nothing left but the key.
+    create(&mut m, 0, 1);
+    m.set_input_requests(at(1), id(1), None, requests(&["a"]))
+        .unwrap();
+    m.resolve_input(at(2), id(1), None, responses(&[("a", json!(1))]))
+        .unwrap();
+    m.wait_input(at(3), id(1), None, "a", None, 1);
+    assert_eq!(wakes(&mut m), vec![(1, WakeOutcome::Input(Ok(json!(1))))]);
+    // Task 2 has one key pending and one answer its worker has not collected yet.
+    create(&mut m, 0, 2);
+    m.set_input_requests(at(1), id(2), None, requests(&["b", "c"]))
+        .unwrap();
+    m.resolve_input(at(2), id(2), None, responses(&[("c", json!(3))]))
+        .unwrap();
+    let records = m.records();
+    let mut m: M =
+        StoreMachine::restore(config(), 0x5eed, 3, records, at(10), RecoveryPolicy::Keep).unwrap();
+
+    assert_eq!(
+        m.set_input_requests(at(10), id(1), None, requests(&["a"])),
+        Err(StoreError::InputKeyReused { key: "a".into() })
+    );
+    let detail = m.get_detail(at(10), id(2), None).unwrap();
+    assert_eq!(detail.task.status, TaskStatus::InputRequired);
+    assert_eq!(detail.input_requests.keys().collect::<Vec<_>>(), ["b"]);
+    m.wait_input(at(10), id(2), None, "c", None, 2);
+    assert_eq!(wakes(&mut m), vec![(2, WakeOutcome::Input(Ok(json!(3))))]);
+    assert_eq!(
+        m.set_input_requests(at(10), id(2), None, requests(&["c"])),
+        Err(StoreError::InputKeyReused { key: "c".into() })
+    );
+}
+
+#[test]
+fn a_recovered_failed_task_lingers_for_a_grace_only_if_it_failed_by_expiry() {
+    use crate::store::record::RecoveryPolicy;
+    let cfg = StoreConfig {
+        expiry: ExpiryPolicy::Fail {
+            grace: Duration::from_secs(10),
+        },
+        ..config()
+    };
+    let mut m = machine(cfg.clone());
+    // Task 1 fails by expiry at 1 s: it lingers until 11 s.
+    m.create(at(0), id(1), CreateTask::new().ttl(1_000))
+        .unwrap();
+    // Task 2 fails on its own at 0.1 s: it goes at the end of its TTL, 2 s.
+    m.create(at(0), id(2), CreateTask::new().ttl(2_000))
+        .unwrap();
+    m.store_result(
+        at(100),
+        id(2),
+        None,
+        TaskStatus::Failed,
+        result(json!("no")),
+        None,
+    )
+    .unwrap();
+    m.handle_timeout(at(1_000), usize::MAX);
+    let records = m.records();
+    let mut m: M =
+        StoreMachine::restore(cfg, 0x5eed, 3, records, at(1_500), RecoveryPolicy::Keep).unwrap();
+    assert_eq!(
+        m.get(at(1_500), id(1), None).unwrap().status,
+        TaskStatus::Failed
+    );
+    m.handle_timeout(at(2_000), usize::MAX);
+    assert_eq!(m.get(at(2_000), id(2), None), Err(StoreError::NotFound));
+    m.handle_timeout(at(10_999), usize::MAX);
+    assert!(m.get(at(10_999), id(1), None).is_ok());
+    m.handle_timeout(at(11_000), usize::MAX);
+    assert!(m.is_empty());
+}
