@@ -1381,6 +1381,10 @@ fn garbage_cursors_are_rejected() {
     tampered[31] = if tampered[31] == b'0' { b'1' } else { b'0' };
     let tampered = String::from_utf8(tampered).unwrap();
     let shifted = format!("{:016x}{}", 0u64, &good[16..]);
+    // The same position and tag spelled otherwise: a cursor has one spelling.
+    let padded = format!("{}0{}", &good[..16], &good[16..]);
+    let signed = format!("+{}", &good[1..]);
+    assert!(good.starts_with('0'), "{good}");
     for cursor in [
         "",
         "garbage",
@@ -1390,6 +1394,8 @@ fn garbage_cursors_are_rejected() {
         "é",
         &tampered,
         &shifted,
+        &padded,
+        &signed,
     ] {
         assert_eq!(
             m.list(at(0), None, Some(cursor)),
