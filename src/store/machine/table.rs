@@ -251,6 +251,21 @@ mod tests {
     }
 
     #[test]
+    fn ids_differing_only_in_their_high_half_spread_over_buckets() {
+        // Both halves of an id feed the hash: ids that differ only in their high half must
+        // not share buckets either.
+        let build = IdHasher::new(42);
+        let buckets: HashSet<u64> = (0u128..4096)
+            .map(|i| build.hash_one(TaskId::from_u128(i << 64 | 7)) & 0xfff)
+            .collect();
+        assert!(
+            buckets.len() > 2_400,
+            "{} of 4096 buckets used",
+            buckets.len()
+        );
+    }
+
+    #[test]
     fn the_key_changes_every_hash() {
         let (a, b) = (IdHasher::new(1), IdHasher::new(2));
         let id = TaskId::from_u128(7);
