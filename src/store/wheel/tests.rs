@@ -451,6 +451,30 @@ fn a_huge_cascade_is_refiled_in_bounded_steps_and_stays_in_order() {
         out.windows(2).all(|w| w[0] <= w[1]),
         "nondecreasing deadlines"
     );
-    assert!(busy >= 9, "the cascade took {busy} bounded steps");
+    assert_eq!(
+        busy, 9,
+        "one full chunk per step: every chunk but the last is `Busy`"
+    );
     assert!(wheel.next_expiration().is_none());
+}
+
+#[test]
+fn no_bounded_step_re_files_more_than_a_chunk() {
+    // A cascade of one item more than a chunk cannot be done in one step; one of a chunk is.
+    for (n, busy_steps) in [(REFILE_CHUNK, 0), (REFILE_CHUNK + 1, 1)] {
+        let mut wheel = Wheel::new();
+        for i in 0..n as u64 {
+            wheel.insert(8_193 + i, i);
+        }
+        let mut busy = 0;
+        let mut out = 0;
+        loop {
+            match wheel.poll_bounded(20_000) {
+                Polled::Item(..) => out += 1,
+                Polled::Busy => busy += 1,
+                Polled::Idle => break,
+            }
+        }
+        assert_eq!((out, busy), (n, busy_steps), "{n} items");
+    }
 }
