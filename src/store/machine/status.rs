@@ -62,7 +62,9 @@ impl<W> StoreMachine<W> {
         session: Option<&SessionId>,
         message: Option<String>,
     ) -> Result<Task, StoreError> {
-        let status = self.get(now, id, session)?.status;
+        let observed = self.observe(now);
+        self.settle(id, observed);
+        let status = self.visible(id, session)?.status;
         self.update_status(now, id, session, status, message)
     }
 
