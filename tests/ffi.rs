@@ -317,6 +317,16 @@ impl Fixture {
         };
         std::ffi::CString::new(json["taskId"].as_str().unwrap()).unwrap()
     }
+
+    /// A second handle of the fixture's store, which the caller frees once
+    /// (`mcpts_handle_free`); it outlives the fixture, and sees the store closed then.
+    fn twin(&self) -> *mut mcpts_handle {
+        let mut twin: *mut mcpts_handle = ptr::null_mut();
+        // SAFETY: the fixture's handle is live; `twin` is a live local.
+        let code = unsafe { mcpts_handle_clone(self.handle, &mut twin) };
+        assert_eq!(code, mcpts_result::Ok);
+        twin
+    }
 }
 
 impl Drop for Fixture {
@@ -675,12 +685,8 @@ fn stats_count_tasks_waiters_and_timers() {
 
     // The wait runs on a handle of its own: should the test fail first, dropping the
     // fixture frees the store, which ends the wait, and the thread never outlives a handle.
-    let mut own: *mut mcpts_handle = ptr::null_mut();
-    // SAFETY: the fixture's handle is live; `own` is freed once, by the thread.
-    assert_eq!(
-        unsafe { mcpts_handle_clone(f.handle, &mut own) },
-        mcpts_result::Ok
-    );
+    // Freed once, by the thread.
+    let own = f.twin();
     let own_addr = own as usize;
     let task_id = id.clone();
     let waiter = std::thread::spawn(move || {
@@ -734,12 +740,8 @@ fn stats_null_parameters() {
 fn stats_after_the_store_is_freed_is_closed() {
     let f = Fixture::new();
     f.create();
-    let mut handle: *mut mcpts_handle = ptr::null_mut();
-    // SAFETY: the fixture's handle is live; the twin is freed once, below.
-    assert_eq!(
-        unsafe { mcpts_handle_clone(f.handle, &mut handle) },
-        mcpts_result::Ok
-    );
+    // Freed once, below.
+    let handle = f.twin();
     drop(f);
     // SAFETY: the twin outlives its store; freed once, here.
     unsafe {
@@ -755,12 +757,8 @@ fn stats_after_the_store_is_freed_is_closed() {
 fn dispatch_waiting_when_the_store_is_freed_is_closed() {
     let f = Fixture::new();
     let id = f.create();
-    let mut twin: *mut mcpts_handle = ptr::null_mut();
-    // SAFETY: the handle is live; `twin` is freed once, below.
-    assert_eq!(
-        unsafe { mcpts_handle_clone(f.handle, &mut twin) },
-        mcpts_result::Ok
-    );
+    // Freed once, below.
+    let twin = f.twin();
     let request = format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"tasks/result","params":{{"taskId":"{}"}}}}"#,
         id.to_str().unwrap()
@@ -793,12 +791,8 @@ fn dispatch_on_thread(
     request: String,
     timeout_ms: u64,
 ) -> std::sync::mpsc::Receiver<(mcpts_result, Option<serde_json::Value>)> {
-    let mut own: *mut mcpts_handle = ptr::null_mut();
-    // SAFETY: the fixture's handle is live; `own` is freed once, by the thread.
-    assert_eq!(
-        unsafe { mcpts_handle_clone(f.handle, &mut own) },
-        mcpts_result::Ok
-    );
+    // Freed once, by the thread.
+    let own = f.twin();
     let own_addr = own as usize;
     let (done, outcome) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -1152,12 +1146,8 @@ fn events_queued_before_the_store_is_freed_are_still_read() {
     let f = Fixture::new();
     let events = subscribe(&f);
     let (a, b) = (f.create(), f.create());
-    let mut handle: *mut mcpts_handle = ptr::null_mut();
-    // SAFETY: the fixture's handle is live; the twin is freed once, below.
-    assert_eq!(
-        unsafe { mcpts_handle_clone(f.handle, &mut handle) },
-        mcpts_result::Ok
-    );
+    // Freed once, below.
+    let handle = f.twin();
     drop(f);
     // SAFETY: live until freed, once, here.
     unsafe {
