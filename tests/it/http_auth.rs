@@ -2,9 +2,10 @@
 //! the tasks of each identity are out of every other identity's reach, over both protocol
 //! revisions, event routing included.
 
-use std::io::BufReader;
+use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
+use std::time::Duration;
 
 use mcp_task_store::server::{Authenticate, HttpOptions, HttpServer, RequestHead, Unauthorized};
 use mcp_task_store::{SessionId, TaskId, TaskStore};
@@ -12,7 +13,7 @@ use serde_json::{json, Value};
 
 use crate::fixtures::demo_http_server;
 use crate::http::{meta_2026, next_event, send, try_listen_with};
-use crate::raw_http::Reply;
+use crate::raw_http::{read_head, read_reply, Reply};
 
 const CHALLENGE: &str =
     r#"Bearer resource_metadata="https://mcp.example/.well-known/oauth-protected-resource""#;
@@ -61,15 +62,14 @@ fn ping() -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})
 }
 
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
+}
+
 /// Opens a 2025-11-25 session as `who`; returns its id.
 fn initialize_as(addr: SocketAddr, who: &str) -> String {
-    let reply = post_as(
-        addr,
-        Some(who),
-        &[],
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
-    );
+    let reply = post_as(addr, Some(who), &[], &initialize());
     assert_eq!(reply.status, 200, "{}", reply.json());
     reply.header("Mcp-Session-Id").unwrap().to_owned()
 }
@@ -168,6 +168,57 @@ fn a_request_the_hook_refuses_gets_401_or_403_with_its_challenge() {
     let broken = post_as(addr, Some("boom"), &[], &ping());
     assert_eq!((broken.status, broken.code()), (500, -32603));
     initialize_as(addr, "alice");
+}
+
+/// A refused request's body is never read: a client the hook turns away cannot make the
+/// server take in `max_body_bytes`, nor is it told to go on after `Expect: 100-continue`.
+#[test]
+fn a_refused_request_is_answered_before_its_body_is_read() {
+    let (http, _) = start(1024);
+    let addr = http.local_addr();
+    let limit = HttpOptions::default().max_body_bytes;
+    for expect in ["", "Expect: 100-continue\r\n"] {
+        let mut conn = TcpStream::connect(addr).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        // A head announcing the largest body allowed, and none of it sent.
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\n{expect}\
+             Content-Length: {limit}\r\n\r\n"
+        );
+        conn.write_all(head.as_bytes()).unwrap();
+        let mut conn = BufReader::new(conn);
+        let refused = read_reply(&mut conn);
+        assert_eq!(
+            (refused.status, refused.code()),
+            (401, -32600),
+            "{expect:?}"
+        );
+        assert_eq!(refused.header("WWW-Authenticate"), Some(CHALLENGE));
+        assert!(refused.closes(), "{refused:?}");
+        // Nothing else comes: the connection is over.
+        assert_eq!(conn.read(&mut [0; 64]).unwrap(), 0);
+    }
+    // Whoever the hook lets through is served on the same terms as before.
+    let alice = bearer("alice");
+    let mut conn = TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let body = initialize().to_string();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nAuthorization: {alice}\r\n\
+         Expect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).unwrap();
+    let mut conn = BufReader::new(conn);
+    assert_eq!(read_head(&mut conn).status, 100);
+    conn.get_mut().write_all(body.as_bytes()).unwrap();
+    let served = read_reply(&mut conn);
+    assert_eq!(served.status, 200, "{:?}", served.json());
+    assert!(served.header("Mcp-Session-Id").is_some());
 }
 
 #[test]

@@ -6,8 +6,9 @@
 
 use std::sync::Arc;
 
+use super::conn::TurnedAway;
 use super::wire::Head;
-use super::{Answer, State};
+use super::State;
 use crate::model::SessionId;
 use crate::protocol::jsonrpc::RpcError;
 use crate::server::listen::listen_limit;
@@ -18,9 +19,7 @@ use crate::server::Connection;
 pub type Authenticate = Arc<dyn Fn(&RequestHead<'_>) -> Result<String, Unauthorized> + Send + Sync>;
 
 /// What an [`Authenticate`] hook sees of a request: its method, target and header fields.
-/// Its body has been read by then (at most
-/// [`max_body_bytes`](super::HttpOptions::max_body_bytes), whoever sent it) but is not
-/// shown, nor parsed until the hook lets the request through.
+/// Its body has not been read yet: it is read only once the hook lets the request through.
 pub struct RequestHead<'a>(pub(super) &'a Head);
 
 impl RequestHead<'_> {
@@ -121,10 +120,10 @@ impl Unauthorized {
 /// Who sent a request: `None` when the server has no [`Authenticate`] hook.
 pub(super) type Identity = Option<Arc<str>>;
 
-/// The identity the hook finds in `head`, or the answer refusing the request (with the
+/// The identity the hook finds in `head`, or the refusal of the request (with the
 /// `WWW-Authenticate` value to send, if any). A hook that panics refuses the request
 /// rather than taking the connection's reader down with it.
-pub(super) fn identify(state: &State, head: &Head) -> Result<Identity, (Answer, Option<String>)> {
+pub(super) fn identify(state: &State, head: &Head) -> Result<Identity, TurnedAway> {
     let Some(hook) = &state.options.authenticate else {
         return Ok(None);
     };
@@ -141,13 +140,22 @@ pub(super) fn identify(state: &State, head: &Head) -> Result<Identity, (Answer, 
                 }
                 clean
             });
-            let error = RpcError::invalid_request(refusal.message);
-            Err((Answer::error(refusal.status, error), challenge))
+            Err(TurnedAway {
+                status: refusal.status,
+                error: RpcError::invalid_request(refusal.message),
+                fields: challenge
+                    .map(|c| ("WWW-Authenticate", c))
+                    .into_iter()
+                    .collect(),
+            })
         }
         Err(_) => {
             log::error!("the HTTP authentication hook panicked; the request is refused");
-            let error = RpcError::internal("authentication failed");
-            Err((Answer::error(500, error), None))
+            Err(TurnedAway {
+                status: 500,
+                error: RpcError::internal("authentication failed"),
+                fields: Vec::new(),
+            })
         }
     }
 }

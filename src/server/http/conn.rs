@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::auth::Identity;
 use super::outbox::{
     deadline_after, error_body, write_all_by, write_answers, Answering, Outbox, Responder, JSON,
 };
@@ -46,15 +47,42 @@ pub(super) struct ConnOptions {
 /// A request read whole off a connection, with the means to answer it.
 pub(super) struct Request {
     pub(super) head: Head,
+    /// Who sent it, as [`Hooks::admit`] said.
+    pub(super) identity: Identity,
     pub(super) body: Vec<u8>,
     pub(super) responder: Responder,
 }
 
-/// What serves requests. It runs on the connection's reader: whatever takes time must be
-/// handed elsewhere, with the [`Responder`].
-pub(super) type Handler = dyn Fn(Request) + Send + Sync;
-/// The header fields a request's answer carries whatever it is (CORS), its refusal too.
-pub(super) type AlwaysFields = dyn Fn(&Head) -> Vec<(&'static str, String)> + Send + Sync;
+/// What the connection layer asks of the layer above. Each runs on the connection's
+/// reader: whatever takes time must be handed elsewhere.
+pub(super) struct Hooks {
+    /// Serves a request read whole; it answers through the request's [`Responder`].
+    pub(super) handle: Box<dyn Fn(Request) + Send + Sync>,
+    /// The header fields a request's answer carries whatever it is (CORS), its refusal
+    /// too.
+    pub(super) always: Box<AlwaysFields>,
+    /// Who sent a request, told from its head once it is found well formed, before its
+    /// body is read: a request turned away here gets its answer and the connection
+    /// closes with the body unread, so nobody the server would refuse can make it read
+    /// (and hold) a body.
+    pub(super) admit: Box<Admit>,
+}
+
+/// A header field an answer carries.
+pub(super) type Field = (&'static str, String);
+/// See [`Hooks::always`].
+pub(super) type AlwaysFields = dyn Fn(&Head) -> Vec<Field> + Send + Sync;
+/// See [`Hooks::admit`].
+pub(super) type Admit = dyn Fn(&Head) -> Result<Identity, TurnedAway> + Send + Sync;
+
+/// A request refused from its head alone (see [`Hooks::admit`]).
+pub(super) struct TurnedAway {
+    pub(super) status: u16,
+    pub(super) error: RpcError,
+    /// Header fields its answer carries besides the ones every answer does (a
+    /// `WWW-Authenticate` challenge).
+    pub(super) fields: Vec<Field>,
+}
 
 /// Answers (and their bytes) that may wait for their turn on a connection before its
 /// reader waits for them to be written.
@@ -136,8 +164,7 @@ struct Live {
 
 struct Shared {
     options: ConnOptions,
-    handler: Arc<Handler>,
-    always: Arc<AlwaysFields>,
+    hooks: Hooks,
     stopping: AtomicBool,
     connections: Mutex<HashMap<u64, Live>>,
     /// Signalled when a connection's thread is done.
@@ -186,19 +213,16 @@ pub(super) struct Transport {
 }
 
 impl Transport {
-    /// Serves `listener`'s connections with `handler`; a request refused before it
-    /// reaches the handler (once its head is read) gets the fields `always` names.
+    /// Serves `listener`'s connections with `hooks`.
     pub(super) fn start(
         listener: TcpListener,
         options: ConnOptions,
-        handler: Arc<Handler>,
-        always: Arc<AlwaysFields>,
+        hooks: Hooks,
     ) -> io::Result<Transport> {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             options,
-            handler,
-            always,
+            hooks,
             stopping: AtomicBool::new(false),
             connections: Mutex::new(HashMap::new()),
             ended: Condvar::new(),
@@ -296,7 +320,12 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
         let _ = socket.set_nodelay(true);
         if shared.prune() >= shared.options.max_connections {
             // Answered here, briefly: the accept loop must not wait on anyone.
-            let busy = refusal(503, "too many connections", false, &[]);
+            let busy = refusal(&Refused {
+                status: 503,
+                error: RpcError::invalid_request("too many connections"),
+                head_only: false,
+                always: Vec::new(),
+            });
             let _ = write_all_by(&socket, &busy, Instant::now() + Duration::from_secs(1));
             let _ = socket.shutdown(Shutdown::Write);
             continue;
@@ -401,22 +430,23 @@ impl Drop for CutOnPanic<'_> {
     }
 }
 
-/// A refusal that closes the connection: `status` with a JSON-RPC error saying `why`.
-fn refusal(status: u16, why: &str, head_only: bool, always: &[(&str, String)]) -> Vec<u8> {
-    let body = error_body(&RpcError::invalid_request(why));
+/// A refusal that closes the connection: `status` with a JSON-RPC error.
+fn refusal(refused: &Refused) -> Vec<u8> {
+    let body = error_body(&refused.error);
     let mut fields = vec![JSON];
-    fields.extend(always.iter().map(|(name, value)| (*name, value.as_str())));
-    wire::response(status, &fields, &body, head_only, true)
+    fields.extend((refused.always.iter()).map(|(name, value)| (*name, value.as_str())));
+    wire::response(refused.status, &fields, &body, refused.head_only, true)
 }
 
 /// A request the connection ends on, without serving it.
 struct Refused {
     status: u16,
-    why: String,
+    error: RpcError,
     /// Its head was read, and it was `HEAD`: the answer has no body (RFC 9110 §9.3.2).
     head_only: bool,
-    /// The fields every answer to it carries (CORS), when its head was read.
-    always: Vec<(&'static str, String)>,
+    /// The fields its answer carries: every answer's (CORS), when its head was read, and
+    /// its own.
+    always: Vec<Field>,
 }
 
 /// Reads the connection's requests and hands them to the handler, one after the other,
@@ -458,17 +488,11 @@ fn serve(socket: Arc<TcpStream>, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
         }
         reader.get_mut().deadline = deadline_after(options.read_timeout);
         let seq = issued;
-        let (head, body) = match read_request(&mut reader, options, &*shared.always, outbox, seq) {
+        let (head, identity, body) = match read_request(&mut reader, shared, outbox, seq) {
             Ok(request) => request,
             Err(None) => return issued,
             Err(Some(refused)) => {
-                let answer = refusal(
-                    refused.status,
-                    &refused.why,
-                    refused.head_only,
-                    &refused.always,
-                );
-                outbox.deliver(seq, answer, true);
+                outbox.deliver(seq, refusal(&refused), true);
                 return issued + 1;
             }
         };
@@ -483,13 +507,14 @@ fn serve(socket: Arc<TcpStream>, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
         let close = how.close;
         let request = Request {
             head,
+            identity,
             body,
             responder: Responder::new(outbox.clone(), weak.clone(), seq, how),
         };
         // A panic while handling one request must not end the transport's other work; the
         // request's responder, dropped in the unwinding, answers 500.
-        let handler = &shared.handler;
-        if std::panic::catch_unwind(AssertUnwindSafe(|| handler(request))).is_err() {
+        let handle = &shared.hooks.handle;
+        if std::panic::catch_unwind(AssertUnwindSafe(|| handle(request))).is_err() {
             log::error!("an HTTP request handler panicked; the connection goes on");
         }
         if close || outbox.closing() {
@@ -498,54 +523,58 @@ fn serve(socket: Arc<TcpStream>, outbox: &Arc<Outbox>, shared: &Shared) -> u64 {
     }
 }
 
-/// Reads one request whole: its head, and its body once the head is found acceptable.
-/// `Err(None)`: the connection ended first, and there is nobody to answer (what is due
-/// on it is still written).
+/// Reads one request whole: its head, and its body once the head is found acceptable and
+/// its sender admitted ([`Hooks::admit`]). `Err(None)`: the connection ended first, and
+/// there is nobody to answer (what is due on it is still written).
 fn read_request(
     reader: &mut BufReader<Timed>,
-    options: &ConnOptions,
-    always: &AlwaysFields,
+    shared: &Shared,
     outbox: &Arc<Outbox>,
     seq: u64,
-) -> Result<(Head, Vec<u8>), Option<Refused>> {
+) -> Result<(Head, Identity, Vec<u8>), Option<Refused>> {
+    let options = &shared.options;
     let limits = &options.limits;
     let refused = |error: ReadError, head: Option<&Head>| {
-        let head_only = head.is_some_and(|head| head.method == "HEAD");
-        let always = head.map(always).unwrap_or_default();
-        match error {
-            ReadError::Closed => None,
-            ReadError::TimedOut => Some(Refused {
-                status: 408,
-                why: "the request did not arrive in time".into(),
-                head_only,
-                always,
-            }),
-            ReadError::Refused(status, why) => Some(Refused {
-                status,
-                why,
-                head_only,
-                always,
-            }),
-        }
+        let (status, why) = match error {
+            ReadError::Closed => return None,
+            ReadError::TimedOut => (408, "the request did not arrive in time".into()),
+            ReadError::Refused(status, why) => (status, why),
+        };
+        Some(Refused {
+            status,
+            error: RpcError::invalid_request(why),
+            head_only: head.is_some_and(|head| head.method == "HEAD"),
+            always: head.map(&shared.hooks.always).unwrap_or_default(),
+        })
     };
     let head = wire::read_head(reader, limits).map_err(|e| refused(e, None))?;
-    let body = (|| {
+    let (continues, framing) = (|| {
         head.check_host()?;
         let continues = head.expects_continue()?;
-        let framing = head.framing(limits.body_bytes)?;
-        // No interim answer to an HTTP/1.0 client, whose expectation is ignored (RFC 9110
-        // §10.1.1, §15.2).
-        let continued = continues && framing != Framing::Length(0);
-        if continued && head.version == Version::Http11 {
-            outbox.continue_before(seq);
-            // The body is read at once, whatever has come of it; but a client that waits
-            // for the interim answer gets its read timeout from when that goes out.
-            reader.get_mut().continued = Some((outbox.clone(), seq, options.read_timeout));
-        }
-        let body = wire::read_body(reader, framing, limits);
-        reader.get_mut().continued = None;
-        body
+        Ok((continues, head.framing(limits.body_bytes)?))
     })()
     .map_err(|e| refused(e, Some(&head)))?;
-    Ok((head, body))
+    let identity = (shared.hooks.admit)(&head).map_err(|turned| {
+        let mut always = (shared.hooks.always)(&head);
+        always.extend(turned.fields);
+        Some(Refused {
+            status: turned.status,
+            error: turned.error,
+            head_only: head.method == "HEAD",
+            always,
+        })
+    })?;
+    // No interim answer to an HTTP/1.0 client, whose expectation is ignored (RFC 9110
+    // §10.1.1, §15.2).
+    let continued = continues && framing != Framing::Length(0);
+    if continued && head.version == Version::Http11 {
+        outbox.continue_before(seq);
+        // The body is read at once, whatever has come of it; but a client that waits for
+        // the interim answer gets its read timeout from when that goes out.
+        reader.get_mut().continued = Some((outbox.clone(), seq, options.read_timeout));
+    }
+    let body = wire::read_body(reader, framing, limits);
+    reader.get_mut().continued = None;
+    let body = body.map_err(|e| refused(e, Some(&head)))?;
+    Ok((head, identity, body))
 }

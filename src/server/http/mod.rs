@@ -61,7 +61,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use self::auth::{identify, stateless_connection, Identity};
-use self::conn::{ConnOptions, Request, Transport};
+use self::conn::{ConnOptions, Hooks, Request, Transport, TurnedAway};
 use self::outbox::Responder;
 use self::session::{
     delete, end_session, get, post_batch, post_session, reap_idle_sessions, Session,
@@ -301,14 +301,14 @@ impl HttpServer {
             .store()
             .subscribe()
             .map_err(|e| io::Error::other(e.to_string()))?;
-        let handler_state = state.clone();
+        let (handler_state, admit_state) = (state.clone(), state.clone());
         let allowed_origins = state.options.allowed_origins.clone();
-        let transport = Transport::start(
-            listener,
-            conn_options,
-            Arc::new(move |request| handle(&handler_state, request)),
-            Arc::new(move |head| always_fields(head, &allowed_origins)),
-        )?;
+        let hooks = Hooks {
+            handle: Box::new(move |request| handle(&handler_state, request)),
+            always: Box::new(move |head| always_fields(head, &allowed_origins)),
+            admit: Box::new(move |head| admit(&admit_state, head)),
+        };
+        let transport = Transport::start(listener, conn_options, hooks)?;
         let mut http = HttpServer {
             addr: transport.local_addr(),
             transport,
@@ -447,21 +447,20 @@ fn always_fields(head: &Head, allowed: &[String]) -> Vec<(&'static str, String)>
     fields
 }
 
-fn handle(state: &Arc<State>, request: Request) {
-    let Request {
-        head,
-        body,
-        mut responder,
-    } = request;
-    let path = path_of(&head.target);
-    let origin = head.field("Origin");
-    for (name, value) in always_fields(&head, &state.options.allowed_origins) {
-        responder.always_send(name, value);
-    }
-    // A declared body past the limit was refused with 413 before it was read (`conn`).
-    let answer = if path != "/mcp" {
+/// What a request gets before anyone is identified, if it is not served: the answer, or
+/// (a CORS preflight) the means to make it.
+enum Unidentified {
+    Answer(Answer),
+    Preflight,
+}
+
+/// What is answered to a request before (and without) the authentication hook: a wrong
+/// path, a foreign origin, an unknown protocol version, a preflight. `None`: the request
+/// is for the hook, then its method's handler.
+fn unidentified(head: &Head, allowed: &[String]) -> Option<Unidentified> {
+    let answer = if path_of(&head.target) != "/mcp" {
         Answer::error(404, RpcError::invalid_request("the MCP endpoint is /mcp"))
-    } else if !origin_allowed(origin, &state.options.allowed_origins) {
+    } else if !origin_allowed(head.field("Origin"), allowed) {
         Answer::error(403, RpcError::invalid_request("origin not allowed"))
     } else if let Some(version) = head
         .field("MCP-Protocol-Version")
@@ -470,23 +469,47 @@ fn handle(state: &Arc<State>, request: Request) {
         Answer::error(400, unsupported_version(version))
     } else if head.method == "OPTIONS" {
         // A CORS preflight carries no credentials: answered before anyone is identified.
-        let allowed = cors_origin(&head, &state.options.allowed_origins).is_some();
-        preflight(&head, allowed, &mut responder)
+        return Some(Unidentified::Preflight);
     } else {
-        match identify(state, &head) {
-            Err((refusal, challenge)) => {
-                if let Some(challenge) = challenge {
-                    responder.always_send("WWW-Authenticate", challenge);
-                }
-                refusal
-            }
-            Ok(identity) => match head.method.as_str() {
-                "POST" => return post(state, &head, &identity, body, responder),
-                "GET" => return get(state, &head, &identity, responder),
-                "DELETE" => delete(state, &head, &identity),
-                _ => Answer::not_allowed(METHODS, "use POST, GET or DELETE"),
-            },
+        return None;
+    };
+    Some(Unidentified::Answer(answer))
+}
+
+/// [`Hooks::admit`]: the authentication hook's verdict on a request it is for, before
+/// the body is read.
+fn admit(state: &State, head: &Head) -> Result<Identity, TurnedAway> {
+    match unidentified(head, &state.options.allowed_origins) {
+        Some(_) => Ok(None),
+        None => identify(state, head),
+    }
+}
+
+fn handle(state: &Arc<State>, request: Request) {
+    let Request {
+        head,
+        identity,
+        body,
+        mut responder,
+    } = request;
+    let allowed = &state.options.allowed_origins;
+    for (name, value) in always_fields(&head, allowed) {
+        responder.always_send(name, value);
+    }
+    // A declared body past the limit was refused with 413 before it was read, and so was
+    // a request the authentication hook refused (`conn`).
+    let answer = match unidentified(&head, allowed) {
+        Some(Unidentified::Answer(answer)) => answer,
+        Some(Unidentified::Preflight) => {
+            let cors = cors_origin(&head, allowed).is_some();
+            preflight(&head, cors, &mut responder)
         }
+        None => match head.method.as_str() {
+            "POST" => return post(state, &head, &identity, body, responder),
+            "GET" => return get(state, &head, &identity, responder),
+            "DELETE" => delete(state, &head, &identity),
+            _ => Answer::not_allowed(METHODS, "use POST, GET or DELETE"),
+        },
     };
     respond(responder, answer);
 }

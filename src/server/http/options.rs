@@ -81,11 +81,12 @@ pub struct HttpOptions {
     /// more than `max_sessions` identities are not kept (they hold nothing the store does
     /// not).
     ///
-    /// The hook runs on the connection's reader once the request is read whole (its body,
-    /// up to [`max_body_bytes`](Self::max_body_bytes), included: a refused client may
-    /// still send that much), before the body is parsed; it should not block for long (a
-    /// network lookup holds that connection's next request). A hook that panics gets the
-    /// request HTTP 500. Default: none, every request is served and 2026-07-28 task ids
+    /// The hook runs on the connection's reader once the request's head is read and found
+    /// well formed, before its body is read: a refused request's body is never read (nor
+    /// an `Expect: 100-continue` client told to send it), and its connection closes after
+    /// the refusal, so a client sends credentials with a new one. It should not block for
+    /// long (a network lookup holds that connection's next request). A hook that panics
+    /// gets the request HTTP 500. Default: none, every request is served and 2026-07-28 task ids
     /// are bearer capabilities bound to nothing else.
     ///
     /// [`StoreConfig::max_tasks_per_session`]: crate::StoreConfig::max_tasks_per_session
