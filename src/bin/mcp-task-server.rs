@@ -79,6 +79,11 @@ Server settings:
                                    proxy in front, replacing the header whatever clients
                                    send [default: no identities, SEP-2663 task ids are
                                    bearer capabilities]
+    --identity-challenge VALUE     with --identity-header: the WWW-Authenticate challenge
+                                   its 401 carries, so that an MCP client can find where
+                                   to sign in: 'Bearer resource_metadata=\"URL\"' with the
+                                   URL of the OAuth protected resource metadata your
+                                   proxy serves [default: Bearer]
     --promote-after DURATION       how long a SEP-2663 call of a task-optional tool runs
                                    inline before it becomes a task [default: 50ms]
     --workers N                    threads that run tools, at most 4096 [default: 16]
@@ -120,6 +125,7 @@ struct HttpFlags {
     session_idle_timeout: Option<Duration>,
     max_body_bytes: Option<usize>,
     identity_header: Option<String>,
+    identity_challenge: Option<String>,
     max_sessions_per_identity: Option<usize>,
 }
 
@@ -136,6 +142,7 @@ impl HttpFlags {
             ),
             (self.max_body_bytes.is_some(), "--max-body-bytes"),
             (self.identity_header.is_some(), "--identity-header"),
+            (self.identity_challenge.is_some(), "--identity-challenge"),
             (
                 self.max_sessions_per_identity.is_some(),
                 "--max-sessions-per-identity",
@@ -170,6 +177,21 @@ fn parse_header_name(flag: &str, value: &str) -> Result<String, String> {
     if value.is_empty() || !value.chars().all(token) {
         return Err(format!(
             "{flag}: '{value}' is not a header name such as X-Forwarded-User"
+        ));
+    }
+    Ok(value.to_string())
+}
+
+/// A `WWW-Authenticate` challenge (RFC 9110 §11.6.1): an auth scheme, perhaps followed by
+/// parameters, on one line.
+fn parse_challenge(flag: &str, value: &str) -> Result<String, String> {
+    let scheme = value.split(' ').next().unwrap_or_default();
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if scheme.is_empty() || !scheme.chars().all(token) || value.chars().any(char::is_control) {
+        return Err(format!(
+            "{flag}: '{}' is not a challenge such as Bearer or \
+             Bearer resource_metadata=\"https://...\"",
+            value.escape_debug()
         ));
     }
     Ok(value.to_string())
@@ -344,6 +366,10 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
                 let name = parse_header_name(&flag, &value()?)?;
                 options.http_flags.identity_header = Some(name);
             }
+            "--identity-challenge" => {
+                let challenge = parse_challenge(&flag, &value()?)?;
+                options.http_flags.identity_challenge = Some(challenge);
+            }
             "--data-dir" => {
                 let dir = value()?;
                 if dir.is_empty() {
@@ -466,10 +492,17 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
         _ => {}
     }
     let flags = &options.http_flags;
-    if flags.max_sessions_per_identity.is_some() && flags.identity_header.is_none() {
-        return Err(
-            "--max-sessions-per-identity has no effect without --identity-header".to_string(),
-        );
+    if flags.identity_header.is_none() {
+        let needing = [
+            (
+                flags.max_sessions_per_identity.is_some(),
+                "--max-sessions-per-identity",
+            ),
+            (flags.identity_challenge.is_some(), "--identity-challenge"),
+        ];
+        if let Some((_, flag)) = needing.into_iter().find(|(given, _)| *given) {
+            return Err(format!("{flag} has no effect without --identity-header"));
+        }
     }
     Ok(Some(options))
 }
@@ -573,12 +606,15 @@ fn main() -> ExitCode {
 fn serve_http(server: Server, addr: std::net::SocketAddr, flags: HttpFlags) -> ExitCode {
     use mcp_task_store::server::{HttpOptions, HttpServer, RequestHead, Unauthorized};
     let defaults = HttpOptions::default();
+    // A 401 names a challenge (RFC 9110 §15.5.2): the proxy's, when the operator gives it.
+    let challenge = (flags.identity_challenge).unwrap_or_else(|| "Bearer".to_string());
     let authenticate = flags.identity_header.map(|name| {
         let hook = move |head: &RequestHead<'_>| match head.header(&name) {
             Some(identity) if !identity.is_empty() => Ok(identity.to_string()),
-            _ => Err(Unauthorized::new(format!(
-                "the {name} header is required, once"
-            ))),
+            _ => Err(
+                Unauthorized::new(format!("the {name} header is required, once"))
+                    .with_challenge(challenge.clone()),
+            ),
         };
         std::sync::Arc::new(hook) as mcp_task_store::server::Authenticate
     });
@@ -708,7 +744,27 @@ fn run_demo(server_args: &[String]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_header_name, parse_origin};
+    use super::{parse_challenge, parse_header_name, parse_origin};
+
+    #[test]
+    fn only_challenges_are_taken() {
+        for challenge in [
+            "Bearer",
+            r#"Bearer resource_metadata="https://mcp.example/.well-known/x""#,
+            "Basic realm=\"x\", charset=\"UTF-8\"",
+        ] {
+            assert_eq!(parse_challenge("--f", challenge).as_deref(), Ok(challenge));
+        }
+        for refused in [
+            "",
+            " Bearer",
+            "Bear\"er",
+            "Bearer\r\nX-Injected: 1",
+            "Bearer\tx",
+        ] {
+            assert!(parse_challenge("--f", refused).is_err(), "{refused:?}");
+        }
+    }
 
     #[test]
     fn only_header_names_are_taken() {

@@ -271,6 +271,25 @@ fn bad_command_lines_are_refused_with_a_message_naming_the_flag() {
             &["--http", "127.0.0.1:0", "--identity-header", "X-User:"],
             "--identity-header: 'X-User:' is not a header name",
         ),
+        (
+            &["--http", "127.0.0.1:0", "--identity-challenge", "Bearer"],
+            "--identity-challenge has no effect without --identity-header",
+        ),
+        (
+            &["--identity-challenge", "Bearer"],
+            "--identity-challenge has no effect without --http",
+        ),
+        (
+            &[
+                "--http",
+                "127.0.0.1:0",
+                "--identity-header",
+                "X-User",
+                "--identity-challenge",
+                "Bearer\nX-Injected: 1",
+            ],
+            "--identity-challenge: 'Bearer\\nX-Injected: 1' is not a challenge",
+        ),
     ];
     for (args, expected) in cases {
         let output = run_with_timeout(args);
@@ -305,10 +324,11 @@ fn the_demo_runs_to_the_end_and_honours_log() {
 /// The binary's HTTP flags reach the transport: an origin given with `--allow-origin` gets
 /// CORS (a browser page such as the MCP Inspector's can use the server), a body over
 /// `--max-body-bytes` is refused, and with `--identity-header` a request without that
-/// header gets 401 while one with it is served.
+/// header gets 401 (with `--identity-challenge`'s challenge) while one with it is served.
 #[test]
 fn the_binarys_http_flags_reach_the_transport() {
     use std::io::{BufRead, BufReader, Read};
+    const CHALLENGE: &str = r#"Bearer resource_metadata="https://mcp.example/.well-known/x""#;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-task-server"))
         .args(["--http", "127.0.0.1:0", "--log", "info"])
         .args([
@@ -318,6 +338,8 @@ fn the_binarys_http_flags_reach_the_transport() {
             "200",
             "--identity-header",
             "X-Forwarded-User",
+            "--identity-challenge",
+            CHALLENGE,
             "--max-sessions-per-identity",
             "1",
         ])
@@ -390,6 +412,10 @@ fn the_binarys_http_flags_reach_the_transport() {
     assert!(anonymous.starts_with("HTTP/1.1 401"), "{anonymous}");
     assert!(
         anonymous.contains("the X-Forwarded-User header is required"),
+        "{anonymous}"
+    );
+    assert!(
+        anonymous.contains(&format!("WWW-Authenticate: {CHALLENGE}\r\n")),
         "{anonymous}"
     );
     assert!(identified.starts_with("HTTP/1.1 200"), "{identified}");
