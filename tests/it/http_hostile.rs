@@ -9,7 +9,10 @@
 //!   request read whole gets one response, in order (a `GET` event stream stays open once
 //!   its head came); a request that breaks a rule gets its refusal (400, 413, 417, 431, 501
 //!   or 505, with a JSON-RPC -32600 error, id null, and `Connection: close`) and nothing
-//!   after it is answered; a request the bytes end inside gets nothing; `100 Continue`
+//!   after it is answered; so does one the server's authentication hook refuses (401 with
+//!   its challenge, decided from the head: its body is never read, nor `100 Continue`
+//!   sent), which the hook does for [`REFUSED_CREDENTIALS`], taking every other request as
+//!   sent by one identity; a request the bytes end inside gets nothing; `100 Continue`
 //!   comes, just before its answer, exactly when an HTTP/1.1 request with a body asks for
 //!   it (the writer sends it once the answers before it are written); a response
 //!   to `HEAD` has no content (a refusal's neither, once the head was read whole), and
@@ -41,10 +44,10 @@
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Once;
+use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
-use mcp_task_store::server::{HttpOptions, HttpServer};
+use mcp_task_store::server::{HttpOptions, HttpServer, RequestHead, Unauthorized};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::TestCaseError;
@@ -66,10 +69,22 @@ const HEAD_FIELDS: usize = 100;
 /// A browser origin the server is told to allow besides loopback ones.
 const LISTED_ORIGIN: &str = "https://app.example";
 
+/// The credentials the server's authentication hook refuses (one `Authorization` field
+/// with exactly this value); it takes every other request as sent by [`ANYONE`].
+const REFUSED_CREDENTIALS: &str = "Bearer refused";
+const ANYONE: &str = "anyone";
+/// The challenge its refusals carry.
+const CHALLENGE: &str = "Bearer realm=\"hostile\"";
+
 fn server() -> HttpServer {
+    let hook = |head: &RequestHead<'_>| match head.header("Authorization") {
+        Some(REFUSED_CREDENTIALS) => Err(Unauthorized::new("refused").with_challenge(CHALLENGE)),
+        _ => Ok(ANYONE.to_owned()),
+    };
     demo_http_server(HttpOptions {
         max_body_bytes: MAX_BODY,
         allowed_origins: vec![LISTED_ORIGIN.into()],
+        authenticate: Some(Arc::new(hook)),
         ..HttpOptions::default()
     })
     .0
@@ -755,6 +770,10 @@ fn next_step(rest: &mut &[u8]) -> Step {
         Ok(framing) => framing,
         Err(status) => return refused(status, head, false),
     };
+    // The authentication hook, before the body is read (nor 100 Continue sent).
+    if turned_away(&head) {
+        return refused(401, head, false);
+    }
     // An HTTP/1.0 client's expectation is ignored: no interim answer to it (RFC 9110
     // §10.1.1, §15.2).
     let continued = expects && framing != Framing::Length(0) && !head.http10;
@@ -776,6 +795,32 @@ fn next_step(rest: &mut &[u8]) -> Step {
         Err(Stop::Cut) => Step::Cut { continued },
         Err(Stop::Refused(status)) => refused(status, head, continued),
     }
+}
+
+/// Whether a page of `origin` may use the server (else 403): the listed origin, and any
+/// on a loopback host (`localhost`, `127.0.0.1`, `[::1]`, any port or scheme).
+fn origin_allowed(origin: &str) -> bool {
+    let authority = origin.split("://").nth(1).unwrap_or("");
+    let authority = authority.trim_end_matches('/');
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.split(':').next().unwrap_or(""),
+    };
+    origin == LISTED_ORIGIN || ["localhost", "127.0.0.1", "::1"].contains(&host)
+}
+
+/// Whether the authentication hook refuses a request: it sees those `/mcp` would otherwise
+/// serve (not another path, a foreign origin, an unknown protocol version, a preflight),
+/// and refuses [`REFUSED_CREDENTIALS`] in a single `Authorization` field.
+fn turned_away(head: &Head) -> bool {
+    let origin_ok = head.field("Origin").is_none_or(origin_allowed);
+    let version_ok = (head.field("MCP-Protocol-Version")).is_none_or(|v| SUPPORTED.contains(&v));
+    let credentials: Vec<&str> = head.fields_named("Authorization").collect();
+    targets_mcp(head)
+        && origin_ok
+        && version_ok
+        && head.method != "OPTIONS"
+        && credentials == [REFUSED_CREDENTIALS]
 }
 
 /// What the server makes of `raw`, sent on one connection and followed by end-of-file: its
@@ -802,7 +847,7 @@ fn conversation(raw: &[u8]) -> Conversation {
 /// dropped unanswered), no 503 (too many sessions or connections, or stopping).
 const SERVED: &[u16] = &[200, 202, 204, 400, 403, 404, 405, 406, 415];
 /// Statuses of its refusals (408 needs a client slower than these tests).
-const REFUSALS: &[u16] = &[400, 413, 417, 431, 501, 505];
+const REFUSALS: &[u16] = &[400, 401, 413, 417, 431, 501, 505];
 
 /// What any response must be, whatever was asked: a known status, only `100 Continue`
 /// before it, and a body that is a JSON-RPC message when it says `application/json` (an
@@ -889,6 +934,11 @@ fn check_connection(conv: &Conversation, done: &Exchange) -> Result<(), String> 
         match step {
             Step::Refused { status, .. } if reply.status != *status => {
                 return fail(&format!("wanted the refusal {status}"))
+            }
+            Step::Refused { status: 401, .. }
+                if reply.header("WWW-Authenticate") != Some(CHALLENGE) =>
+            {
+                return fail("a 401 without the hook's challenge")
             }
             Step::Refused { status, .. } if !step.bodiless() => {
                 expect_error(reply, *status, &[-32600], IdRule::Null)
@@ -1037,6 +1087,10 @@ fn plausible_requests() -> Vec<Vec<u8>> {
         post_bytes(
             &[("Expect", "100-continue")],
             &json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}),
+        ),
+        post_bytes(
+            &[("Authorization", REFUSED_CREDENTIALS), ("Expect", "100-continue")],
+            &json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}),
         ),
         b"GET /mcp HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\nMcp-Session-Id: x\r\n\r\n".to_vec(),
         b"DELETE /mcp HTTP/1.1\r\nHost: localhost\r\nMcp-Session-Id: x\r\nConnection: close\r\n\r\n".to_vec(),
@@ -1210,6 +1264,7 @@ enum Hdr {
     McpMethod(Route),
     McpName(Route),
     Expect(&'static str),
+    Authorization(&'static str),
     /// The transfer codings the client accepts in the response.
     Te(&'static str),
     Length(Length),
@@ -1451,6 +1506,7 @@ fn render(spec: &Spec, session: &str) -> Vec<u8> {
                 Hdr::McpMethod(r) => ("Mcp-Method", route(*r, &method_name)),
                 Hdr::McpName(r) => ("Mcp-Name", route(*r, &name)),
                 Hdr::Expect(v) => ("Expect", v.to_string()),
+                Hdr::Authorization(v) => ("Authorization", v.to_string()),
                 Hdr::Te(v) => ("TE", v.to_string()),
                 Hdr::Length(length) => {
                     let n = wire.len();
@@ -2296,6 +2352,17 @@ fn headers(hostile: bool) -> BoxedStrategy<Vec<(Hdr, Spelling)>> {
             if hostile { 0.9 } else { 1.0 },
             length(hostile).prop_map(Hdr::Length).boxed(),
         ),
+        // Credentials the hook takes, or (when `hostile`) refuses: 401 before the body.
+        slot(
+            sometimes,
+            or_odd(
+                hostile,
+                one_of(&["Bearer ok", "Basic b2s6b2s="]),
+                one_of(&[REFUSED_CREDENTIALS, "bearer refused", "Bearer refused, x"]),
+            )
+            .prop_map(Hdr::Authorization)
+            .boxed(),
+        ),
     ];
     if hostile {
         slots.extend([
@@ -2310,6 +2377,11 @@ fn headers(hostile: bool) -> BoxedStrategy<Vec<(Hdr, Spelling)>> {
                 ])
                 .prop_map(Hdr::Te)
                 .boxed(),
+            ),
+            // A second Authorization: ambiguous, so the hook refuses nobody for it.
+            slot(
+                rarely,
+                Just(Hdr::Authorization(REFUSED_CREDENTIALS)).boxed(),
             ),
             // A second Host: 400, whatever its value.
             slot(rarely, Just(Hdr::Host("localhost")).boxed()),
