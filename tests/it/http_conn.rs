@@ -148,10 +148,27 @@ fn an_idle_connection_closes_but_not_while_an_answer_is_due() {
             Some(&session),
         ),
     );
+    // Three idle timeouts into the call (the client's pace, not a synchronisation: the
+    // call's answer is due for at least 200 ms more whatever the machine's speed), the
+    // connection still reads: a request sent now is served after the call.
+    std::thread::sleep(Duration::from_millis(300));
+    send(
+        &mut conn,
+        &post_raw(
+            &json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}),
+            Some(&session),
+        ),
+    );
     let reply = read_reply(&mut conn);
     assert_eq!(reply.status, 200, "{reply:?}");
     assert_eq!(reply.json()["id"], 2, "{reply:?}");
     assert!(reply.json()["result"].is_object(), "{reply:?}");
+    let pong = read_reply(&mut conn);
+    assert_eq!(
+        (pong.status, &pong.json()["id"]),
+        (200, &json!(3)),
+        "{pong:?}"
+    );
     // Then nothing is due, and it idles out.
     assert!(closed(&mut conn));
 }
