@@ -479,9 +479,11 @@ fn unidentified(head: &Head, allowed: &[String]) -> Option<Unidentified> {
 /// [`Hooks::admit`]: the authentication hook's verdict on a request it is for, before
 /// the body is read.
 fn admit(state: &State, head: &Head) -> Result<Identity, TurnedAway> {
-    match unidentified(head, &state.options.allowed_origins) {
-        Some(_) => Ok(None),
-        None => identify(state, head),
+    let asked = state.options.authenticate.is_some()
+        && unidentified(head, &state.options.allowed_origins).is_none();
+    match asked {
+        true => identify(state, head),
+        false => Ok(None),
     }
 }
 
