@@ -36,6 +36,9 @@ const EXPIRY_HOLD: Duration = Duration::from_micros(20);
 const EXPIRY_STEP: usize = 8;
 /// Most commands served per wake-up before timers get another turn.
 const COMMAND_BATCH: usize = 256;
+/// How soon an idle owner looks again whether a subscriber that fell behind has room to
+/// hear so.
+const LAG_RETRY: Duration = Duration::from_millis(10);
 
 /// One message per public handle method; each carries the [`Reply`] its answer goes to.
 #[derive(Debug)]
@@ -468,7 +471,16 @@ impl StoreActor {
             .look(StoreMachine::poll_timeout)
             .flatten()
             .filter(|_| time.is_real());
-        match inbox.recv(deadline.map(|at| time.instant_of(at))) {
+        let mut wake_at = deadline.map(|at| time.instant_of(at));
+        if self.out.subscribers.iter().any(|s| s.missed > 0) {
+            // A subscriber that fell behind hears so once it has room (`release`), but
+            // nothing may come to wake this thread after it drains: an idle store would
+            // leave it never knowing that events were lost, its listeners waiting for
+            // states that never come. So it looks again shortly, only while one lags.
+            let retry = Instant::now() + LAG_RETRY;
+            wake_at = Some(wake_at.map_or(retry, |at| at.min(retry)));
+        }
+        match inbox.recv(wake_at) {
             Ok(command) => Some(Some(command)),
             Err(RecvTimeoutError::Timeout) => Some(None),
             Err(RecvTimeoutError::Disconnected) => None,

@@ -744,6 +744,21 @@ fn a_subscriber_that_fell_behind_hears_so_without_waiting_for_another_event() {
 }
 
 #[test]
+fn a_subscriber_that_fell_behind_hears_so_once_it_drains_even_if_the_store_stays_idle() {
+    let store = Store::builder().event_buffer(4).build().unwrap();
+    let events = store.subscribe().unwrap();
+    for _ in 0..6 {
+        store.create(CreateTask::new()).unwrap();
+    }
+    store.sync().unwrap();
+    assert_eq!(events.try_iter().count(), 4);
+    // Nothing else reaches the store: a subscriber (the HTTP transport's event router,
+    // say) that missed a task's last change must still learn it missed something.
+    let lagged = events.recv_timeout(Duration::from_secs(10));
+    assert_eq!(lagged, Ok(StoreEvent::Lagged { missed: 2 }));
+}
+
+#[test]
 fn an_event_buffer_too_large_to_allocate_is_refused_at_build_not_on_subscribe() {
     // It used to pass validation, then panic the owner thread (or abort the process) in
     // the first subscribe, after which every call answered `Closed`.
