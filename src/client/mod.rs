@@ -372,13 +372,19 @@ impl Client {
     /// Sends a request and waits for its answer for at most the request timeout, and not
     /// past `deadline`: `Ok(None)` when the deadline came first, [`ClientError::Timeout`]
     /// when the timeout did. Either way the request is forgotten; a late answer is
-    /// dropped.
+    /// dropped. A request whose deadline already passed is not sent at all (`Ok(None)`):
+    /// it could only be given up on, and a server would still act on it (a `tools/call`
+    /// repeated with input a handler gave too late would run its tool, or start a task,
+    /// for a call that failed).
     fn ask(
         &self,
         method: &str,
         params: Value,
         deadline: Option<Instant>,
     ) -> Result<Option<Value>, ClientError> {
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            return Ok(None);
+        }
         let call = self.start(method, params)?;
         self.wait_within(call, method, deadline)
     }

@@ -1358,6 +1358,56 @@ fn a_request_that_times_out_is_cancelled_unless_it_may_have_made_a_task() {
     }
 }
 
+#[test]
+fn input_answered_after_the_deadline_does_not_send_the_call_again() {
+    // The call asks for input first (multi-round-trip); the answer comes after the call's
+    // deadline, as a human's may. The call then fails with the deadline: the tool must not
+    // run (with that answer) behind the caller's back.
+    let asked: Arc<Mutex<Option<std::time::Instant>>> = Arc::default();
+    let arrived = asked.clone();
+    let (stream, log) = scripted(move |method, _| match method {
+        "server/discover" => discovered(),
+        "tools/call" => {
+            arrived
+                .lock()
+                .unwrap()
+                .get_or_insert_with(std::time::Instant::now);
+            Act::Answer(
+                json!({"resultType": "input_required", "inputRequests": {"q": {
+                    "method": "elicitation/create",
+                    "params": {"mode": "form", "message": "Deploy?", "requestedSchema": {"type": "object"}}
+                }}}),
+            )
+        }
+        _ => Act::Answer(json!({})),
+    });
+    let deadline = Duration::from_millis(100);
+    let builder = Client::builder()
+        .revision(Revision::Sep2663)
+        .deadline(deadline)
+        .on_elicitation(move |_| {
+            // Answered once the deadline (counted from before the call was sent) passed.
+            let sent = asked.lock().unwrap().expect("asked by the call");
+            std::thread::sleep(
+                (sent + deadline).saturating_duration_since(std::time::Instant::now()),
+            );
+            Ok(json!({"action": "accept", "content": {}}))
+        });
+    let error = call_work(builder, stream).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ClientError::Deadline {
+                task_id: None,
+                cancelled: false,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert_eq!(count(&log, "tools/call"), 1, "{:?}", methods(&log));
+}
+
 #[cfg(feature = "http")]
 mod over_http {
     use std::io::{BufRead, BufReader, Read, Write};
