@@ -538,7 +538,8 @@ impl Client {
     }
 
     /// Calls a tool and returns its final result, following a task to its end if one
-    /// comes back (see the [module docs](self)). A tool result with `isError: true` is
+    /// comes back (see the [module docs](self)). `arguments` is an object (`Value::Null`
+    /// for none is sent as `{}`). A tool result with `isError: true` is
     /// returned as a result when no task was involved, and on SEP-2663 (where such a task
     /// ends `completed`); on 2025-11-25 it ends its task `failed`:
     /// [`ClientError::TaskFailed`] with the result inside.

@@ -113,7 +113,7 @@ pub struct TaskList {
 pub struct ToolCall {
     /// The tool's name.
     pub name: String,
-    /// Its arguments (an object).
+    /// Its arguments (an object; `Value::Null`, for none, is sent as `{}`).
     pub arguments: Value,
     /// 2025-11-25: ask for a task (`params.task`), with this requested TTL in ms (`None`
     /// for the server's default). Ignored by SEP-2663 servers, which decide themselves.
@@ -151,7 +151,13 @@ impl ToolCall {
     pub(crate) fn params(&self) -> Value {
         let mut params = Map::new();
         params.insert("name".into(), json!(self.name));
-        params.insert("arguments".into(), self.arguments.clone());
+        // `arguments` is an object or left out: a server that checks its params (the
+        // TypeScript SDK's) refuses a null one with -32602.
+        let arguments = match &self.arguments {
+            Value::Null => json!({}),
+            arguments => arguments.clone(),
+        };
+        params.insert("arguments".into(), arguments);
         if let Some(ttl) = self.task {
             params.insert(
                 "task".into(),

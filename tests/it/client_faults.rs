@@ -1408,6 +1408,28 @@ fn input_answered_after_the_deadline_does_not_send_the_call_again() {
     assert_eq!(count(&log, "tools/call"), 1, "{:?}", methods(&log));
 }
 
+#[test]
+fn a_call_without_arguments_sends_an_empty_object() {
+    for revision in [Revision::V2025, Revision::Sep2663] {
+        let (stream, _) = scripted(move |method, params| match method {
+            "initialize" => initialized("2025-11-25"),
+            "server/discover" => discovered(),
+            "tools/list" => tool_list("forbidden"),
+            // `arguments` is an object, or left out (as the TypeScript SDK's schema says).
+            "tools/call" if params.get("arguments").is_some_and(|a| !a.is_object()) => {
+                Act::Fail(-32602)
+            }
+            "tools/call" => Act::Answer(done()),
+            _ => Act::Answer(json!({})),
+        });
+        let client = connect(Client::builder().revision(revision), stream).unwrap();
+        let result = within(Duration::from_secs(10), move || {
+            client.call_tool("work", Value::Null)
+        });
+        assert_eq!(result.ok(), Some(done()), "{revision:?}");
+    }
+}
+
 #[cfg(feature = "http")]
 mod over_http {
     use std::io::{BufRead, BufReader, Read, Write};
