@@ -406,30 +406,33 @@ impl Client {
         result: Value,
         follow: &mut Follow<'_, '_>,
     ) -> Result<Value, ClientError> {
+        if task.status.is_terminal() {
+            return settle_2025(task, Ok(result));
+        }
+        // tasks/result answered before a poll saw the end: one last poll for the status.
+        // The result is in hand: a poll that fails (the task expired just now, say), or
+        // that lags behind and still finds the task at work, must not lose it, and the
+        // result tells the status itself (only a tool error, `isError`, ends a task
+        // failed with a result).
+        let task = match self.poll_task(&task.task_id, follow) {
+            Ok(polled) => {
+                follow.polls += 1;
+                follow.report(&polled.task);
+                polled.task
+            }
+            Err(_) => task,
+        };
         let task = if task.status.is_terminal() {
             task
         } else {
-            // tasks/result answered before a poll saw the end: one last poll for the
-            // status. The result is in hand: a poll that fails (the task expired just
-            // now, say) must not lose it, and the result tells the status itself (only
-            // a tool error, `isError`, ends a task failed with a result).
-            match self.poll_task(&task.task_id, follow) {
-                Ok(polled) => {
-                    follow.polls += 1;
-                    follow.report(&polled.task);
-                    polled.task
-                }
-                Err(_) => {
-                    let failed = result.get("isError").and_then(Value::as_bool) == Some(true);
-                    TaskInfo {
-                        status: if failed {
-                            TaskStatus::Failed
-                        } else {
-                            TaskStatus::Completed
-                        },
-                        ..task
-                    }
-                }
+            let failed = result.get("isError").and_then(Value::as_bool) == Some(true);
+            TaskInfo {
+                status: if failed {
+                    TaskStatus::Failed
+                } else {
+                    TaskStatus::Completed
+                },
+                ..task
             }
         };
         settle_2025(task, Ok(result))

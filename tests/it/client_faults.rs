@@ -875,6 +875,26 @@ fn a_tool_error_in_hand_fails_the_call_even_when_the_last_poll_fails() {
 }
 
 #[test]
+fn a_tool_error_in_hand_fails_the_call_when_the_last_poll_still_says_working() {
+    // tasks/result answered; the poll after it lags behind (an eventually consistent
+    // server): the result's own `isError` tells how the task ended.
+    let (stream, _) = scripted(|method, _| match method {
+        "initialize" => initialized("2025-11-25"),
+        "tools/list" => tool_list("required"),
+        "tools/call" => Act::Answer(json!({"task": task("working")})),
+        "tasks/result" => Act::Answer(json!({"content": [], "isError": true})),
+        "tasks/get" => Act::Answer(task("working")),
+        _ => Act::Ignore,
+    });
+    let error = call_work(Client::builder(), stream).unwrap_err();
+    assert!(
+        matches!(&error, ClientError::TaskFailed { result: Some(r), task, .. }
+            if r["isError"] == true && task.status == mcp_task_store::TaskStatus::Failed),
+        "{error}"
+    );
+}
+
+#[test]
 fn a_tasks_update_refused_with_invalid_params_is_retried_then_the_task_cancelled() {
     let (stream, log) = scripted(|method, _| match method {
         "server/discover" => discovered(),
