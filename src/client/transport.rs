@@ -118,16 +118,34 @@ pub(crate) struct Shared {
 /// long-lived client must not remember every request of its life.
 const REMEMBERED: usize = 4096;
 
+/// The longest server request id, or related task id, that is remembered as it is: a
+/// longer one (a hostile server's may be as long as a message, [`MAX_SERVER_MESSAGE`]) is
+/// remembered by a digest, so that the [`REMEMBERED`] ids and tasks kept cannot hold
+/// gigabytes.
+const MAX_KEPT_ID: usize = 256;
+
+/// A server request id or a related task id as [`Inputs`] remembers it.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+enum Kept {
+    Number(i64),
+    Text(String),
+    /// A digest of a text longer than [`MAX_KEPT_ID`], keyed at random per client: a
+    /// server cannot aim two ids at one digest (which would only drop its own request).
+    Digest(u64),
+}
+
 #[derive(Default)]
 struct Inputs {
-    per_task: HashMap<String, TaskInputs>,
+    per_task: HashMap<Kept, TaskInputs>,
     /// The latest server request ids ([`REMEMBERED`] at most): each is handled once,
     /// however often it arrives.
-    seen: HashSet<RequestId>,
+    seen: HashSet<Kept>,
     /// `seen` in arrival order, oldest first, to forget the oldest.
-    seen_order: VecDeque<RequestId>,
+    seen_order: VecDeque<Kept>,
     /// The id the last `first_sight` forgot to make room, until the next one.
-    evicted: Option<RequestId>,
+    evicted: Option<Kept>,
+    /// The keys of [`Kept::Digest`].
+    digests: std::hash::RandomState,
     /// The size of `per_task` at which tasks with nothing in flight are next forgotten.
     prune_at: usize,
     /// The HTTP session that replaced a forgotten one, if any did: requests that still
@@ -136,13 +154,32 @@ struct Inputs {
 }
 
 impl Inputs {
+    /// `text` as it is remembered.
+    fn kept_text(&self, text: &str) -> Kept {
+        if text.len() <= MAX_KEPT_ID {
+            Kept::Text(text.to_owned())
+        } else {
+            use std::hash::BuildHasher;
+            Kept::Digest(self.digests.hash_one(text))
+        }
+    }
+
+    /// Request `id` as it is remembered.
+    fn kept_id(&self, id: &RequestId) -> Kept {
+        match id {
+            RequestId::Number(n) => Kept::Number(*n),
+            RequestId::String(text) => self.kept_text(text),
+        }
+    }
+
     /// Remembers a server request id; false if it is a repeat.
     fn first_sight(&mut self, id: &RequestId) -> bool {
         self.evicted = None;
+        let id = self.kept_id(id);
         if !self.seen.insert(id.clone()) {
             return false;
         }
-        self.seen_order.push_back(id.clone());
+        self.seen_order.push_back(id);
         if self.seen_order.len() > REMEMBERED {
             if let Some(oldest) = self.seen_order.pop_front() {
                 self.seen.remove(&oldest);
@@ -157,8 +194,9 @@ impl Inputs {
     /// It is called for the id the last `first_sight` took, which may have made room by
     /// forgetting the oldest id: that one is remembered again.
     fn forget(&mut self, id: &RequestId) {
-        self.seen.remove(id);
-        if let Some(at) = self.seen_order.iter().rposition(|seen| seen == id) {
+        let id = self.kept_id(id);
+        self.seen.remove(&id);
+        if let Some(at) = self.seen_order.iter().rposition(|seen| *seen == id) {
             self.seen_order.remove(at);
         }
         if let Some(oldest) = self.evicted.take() {
@@ -168,7 +206,8 @@ impl Inputs {
     }
 
     /// The input counts of `task`, made on first use.
-    fn task(&mut self, task: String) -> &mut TaskInputs {
+    fn task(&mut self, task: &str) -> &mut TaskInputs {
+        let task = self.kept_text(task);
         if self.per_task.len() >= self.prune_at.max(REMEMBERED)
             && !self.per_task.contains_key(&task)
         {
@@ -341,7 +380,7 @@ impl Shared {
                 }
                 let task = related_task(request.params.as_ref());
                 if let Some(task) = &task {
-                    let entry = inputs.task(task.clone());
+                    let entry = inputs.task(task);
                     entry.seen += 1;
                     entry.in_flight += 1;
                 }
@@ -354,7 +393,8 @@ impl Shared {
                     // The dispatcher stopped: the client is going away.
                     Err(TrySendError::Disconnected(_)) => None,
                 };
-                if let Some(entry) = task.and_then(|t| inputs.per_task.get_mut(&t)) {
+                let key = task.map(|task| inputs.kept_text(&task));
+                if let Some(entry) = key.and_then(|key| inputs.per_task.get_mut(&key)) {
                     entry.seen = entry.seen.saturating_sub(1);
                     entry.in_flight = entry.in_flight.saturating_sub(1);
                 }
@@ -502,24 +542,24 @@ impl Shared {
 
     /// Input requests seen so far for `task` (2025-11-25).
     pub(crate) fn task_inputs(&self, task: &str) -> TaskInputs {
-        self.inputs
-            .lock()
-            .per_task
-            .get(task)
-            .copied()
-            .unwrap_or_default()
+        let inputs = self.inputs.lock();
+        let key = inputs.kept_text(task);
+        inputs.per_task.get(&key).copied().unwrap_or_default()
     }
 
     /// Forgets the input counts of a task nobody follows any more.
     pub(crate) fn forget_task(&self, task: &str) {
         let mut inputs = self.inputs.lock();
-        if inputs.per_task.get(task).is_some_and(|t| t.in_flight == 0) {
-            inputs.per_task.remove(task);
+        let key = inputs.kept_text(task);
+        if inputs.per_task.get(&key).is_some_and(|t| t.in_flight == 0) {
+            inputs.per_task.remove(&key);
         }
     }
 
     fn input_done(&self, task: &str) {
-        if let Some(entry) = self.inputs.lock().per_task.get_mut(task) {
+        let mut inputs = self.inputs.lock();
+        let key = inputs.kept_text(task);
+        if let Some(entry) = inputs.per_task.get_mut(&key) {
             entry.in_flight = entry.in_flight.saturating_sub(1);
         }
     }
@@ -853,6 +893,37 @@ mod tests {
     }
 
     #[test]
+    fn long_ids_are_not_kept_whole() {
+        // A hostile server's ids and related task ids may be as long as a message: the
+        // thousands of each kept must not hold that much.
+        let (shared, jobs) = Shared::new();
+        let long = |n: usize| format!("{n}{}", "x".repeat(64 * 1024));
+        for n in 0..64 {
+            let mut request = request(0, &long(n));
+            if let Message::Request(request) = &mut request {
+                request.id = RequestId::String(long(n));
+            }
+            shared.incoming_from(request, None);
+            // Taken by a dispatcher that never answers (its input stays in flight).
+            drop(jobs.try_recv());
+        }
+        let inputs = shared.inputs.lock();
+        let kept = format!(
+            "{:?}{:?}{:?}",
+            inputs.seen, inputs.seen_order, inputs.per_task
+        );
+        assert!(kept.len() < 64 * 1024, "{} bytes kept", kept.len());
+        // A repeat is still known for one.
+        drop(inputs);
+        let mut again = request(0, &long(3));
+        if let Message::Request(request) = &mut again {
+            request.id = RequestId::String(long(3));
+        }
+        shared.incoming_from(again, None);
+        assert!(jobs.try_recv().is_err(), "a repeat was dispatched");
+    }
+
+    #[test]
     fn a_forgotten_request_id_leaves_no_place_in_the_order() {
         let mut inputs = Inputs::default();
         let first = RequestId::Number(1);
@@ -991,9 +1062,7 @@ mod tests {
         }
         let inputs = shared.inputs.lock();
         assert!(inputs.seen.len() <= REMEMBERED && inputs.seen_order.len() <= REMEMBERED);
-        assert!(inputs
-            .seen
-            .contains(&RequestId::Number(3 * REMEMBERED as i64)));
+        assert!(inputs.seen.contains(&Kept::Number(3 * REMEMBERED as i64)));
         // Every request is still in flight (nobody ran the dispatcher): none is forgotten.
         assert_eq!(inputs.per_task.len(), 3 * REMEMBERED);
     }
