@@ -727,12 +727,21 @@ pub(crate) fn start_dispatcher(
 /// the client's drop.
 pub(crate) struct LineTransport {
     outgoing: Mutex<Option<Sender<Vec<u8>>>>,
+    /// Bytes of the messages queued or being written ([`MAX_QUEUED_BYTES`] at most, but
+    /// for one message).
+    queued: Arc<AtomicUsize>,
     child: Mutex<Option<Child>>,
     shared: Arc<Shared>,
 }
 
 /// Messages queued for a server that is not reading before sending fails.
 const MAX_QUEUED_MESSAGES: usize = 1024;
+
+/// Bytes of messages queued for a server that is not reading before sending fails (a
+/// message alone is queued whatever its size): the answers to the server's requests echo
+/// their ids, which may be as long as a message, so a count alone would let a server that
+/// sends such requests and stops reading make the client hold gigabytes.
+const MAX_QUEUED_BYTES: usize = MAX_SERVER_MESSAGE;
 
 impl LineTransport {
     /// Starts the reader thread on `reader` and the writer thread on `writer`. `child`, if
@@ -749,11 +758,14 @@ impl LineTransport {
             .spawn(move || read_lines(reader, &reading))?;
         let (outgoing, lines) = crossbeam_channel::bounded(MAX_QUEUED_MESSAGES);
         let writing = shared.clone();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let written = queued.clone();
         std::thread::Builder::new()
             .name("mcp-client-writer".into())
-            .spawn(move || write_lines(writer, &lines, &writing))?;
+            .spawn(move || write_lines(writer, &lines, &written, &writing))?;
         Ok(LineTransport {
             outgoing: Mutex::new(Some(outgoing)),
+            queued,
             child: Mutex::new(child),
             shared,
         })
@@ -770,27 +782,47 @@ impl LineTransport {
         let Some(outgoing) = outgoing.as_ref() else {
             return Err(ClientError::closed("the client was shut down"));
         };
-        outgoing.try_send(line).map_err(|error| match error {
-            TrySendError::Full(_) => ClientError::Io(std::io::Error::new(
+        let not_reading = |what: String| {
+            ClientError::Io(std::io::Error::new(
                 std::io::ErrorKind::WouldBlock,
-                format!(
-                    "the server is not reading its input ({MAX_QUEUED_MESSAGES} messages queued)"
+                format!("the server is not reading its input ({what} queued)"),
+            ))
+        };
+        let len = line.len();
+        let room = self
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+                (queued == 0 || queued.saturating_add(len) <= MAX_QUEUED_BYTES)
+                    .then(|| queued.saturating_add(len))
+            });
+        if let Err(queued) = room {
+            return Err(not_reading(format!("{queued} bytes")));
+        }
+        outgoing.try_send(line).map_err(|error| {
+            self.queued.fetch_sub(len, Ordering::AcqRel);
+            match error {
+                TrySendError::Full(_) => not_reading(format!("{MAX_QUEUED_MESSAGES} messages")),
+                TrySendError::Disconnected(_) => ClientError::closed(
+                    self.shared
+                        .closed_reason()
+                        .unwrap_or_else(|| "the connection is closed".into()),
                 ),
-            )),
-            TrySendError::Disconnected(_) => ClientError::closed(
-                self.shared
-                    .closed_reason()
-                    .unwrap_or_else(|| "the connection is closed".into()),
-            ),
+            }
         })
     }
 }
 
 /// Writes queued lines until the queue closes (shutdown), then drops `writer`, which
 /// closes the server's input. A failed write ends the connection for every caller.
-fn write_lines(mut writer: Box<dyn Write + Send>, lines: &Receiver<Vec<u8>>, shared: &Shared) {
+fn write_lines(
+    mut writer: Box<dyn Write + Send>,
+    lines: &Receiver<Vec<u8>>,
+    queued: &AtomicUsize,
+    shared: &Shared,
+) {
     for line in lines {
         let mut written = writer.write_all(&line);
+        queued.fetch_sub(line.len(), Ordering::AcqRel);
         // Flush when nothing else is queued, so a burst goes out in one write.
         if written.is_ok() && lines.is_empty() {
             written = writer.flush();
@@ -890,6 +922,63 @@ mod tests {
         );
         assert_eq!(inputs.seen.len(), REMEMBERED);
         assert_eq!(inputs.seen_order.len(), REMEMBERED);
+    }
+
+    /// A writer that takes nothing (a server that stops reading) until dropped.
+    struct Stalled(Receiver<()>);
+
+    impl Write for Stalled {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            let _ = self.0.recv();
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A reader that says nothing until dropped.
+    struct Silent(Receiver<()>);
+
+    impl Read for Silent {
+        fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+            let _ = self.0.recv();
+            Ok(0)
+        }
+    }
+
+    #[test]
+    fn messages_queued_for_a_server_that_stops_reading_are_bounded_in_bytes() {
+        // Answers echo the server's request ids, which may be as long as a message: a
+        // server that sends such requests and stops reading must not make the client
+        // queue a thousand of them.
+        let (shared, _jobs) = Shared::new();
+        let (release, stalled) = crossbeam_channel::bounded::<()>(0);
+        let transport = LineTransport::start(
+            shared,
+            Box::new(Silent(stalled.clone())),
+            Box::new(Stalled(stalled)),
+            None,
+        )
+        .unwrap();
+        let big = json!({"jsonrpc": "2.0", "id": "x".repeat(256 * 1024), "result": {}});
+        let mut queued = 0;
+        let error = loop {
+            match transport.send(big.clone()) {
+                Ok(()) => queued += 1,
+                Err(error) => break error,
+            }
+        };
+        assert!(
+            queued * 256 * 1024 <= MAX_SERVER_MESSAGE + 2 * 256 * 1024,
+            "{queued} messages of 256 KiB queued"
+        );
+        assert!(
+            matches!(&error, ClientError::Io(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "{error}"
+        );
+        drop(release);
+        transport.shutdown();
     }
 
     #[test]
