@@ -196,7 +196,8 @@ impl ClientBuilder {
     /// (its params are the elicitation) and returns the `ElicitResult`
     /// (`{"action": "accept", "content": {...}}`). Registering it declares the
     /// `elicitation` capability. The handlers answer one server request at a time; one
-    /// that finds [`MAX_QUEUED_SERVER_REQUESTS`] already waiting is refused at once
+    /// that finds [`MAX_QUEUED_SERVER_REQUESTS`] (or 64 MiB of requests) already waiting
+    /// is refused at once
     /// (JSON-RPC error -32603, "client busy").
     pub fn on_elicitation(
         mut self,

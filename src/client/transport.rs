@@ -77,7 +77,8 @@ pub(crate) struct TaskInputs {
 /// Server requests (`elicitation/create`, `sampling/createMessage`, `ping`) that may wait
 /// for the client's handlers, which answer one at a time and may take as long as a human
 /// does, before the next ones are refused at once with a JSON-RPC error -32603 ("client
-/// busy"): a server must not make the client hold its requests without bound.
+/// busy"): a server must not make the client hold its requests without bound. So are
+/// those that find 64 MiB of requests waiting (one request waits whatever its size).
 pub const MAX_QUEUED_SERVER_REQUESTS: usize = 1024;
 
 /// One follower of a task: its key, and the channel that wakes it.
@@ -110,6 +111,40 @@ pub(crate) struct Shared {
     next_watcher: AtomicU64,
     /// Task subscriptions open over HTTP, where each holds a connection of the server's.
     connection_subscriptions: AtomicUsize,
+    /// Bytes of the server requests waiting for the dispatcher and of the answers waiting
+    /// for the refusals' thread ([`MAX_HELD_BYTES`] at most, but for one).
+    held: AtomicUsize,
+}
+
+/// Bytes of server requests (and of the answers to those refused) the client holds while
+/// they wait for the dispatcher (or the refusals' thread) before the next request is
+/// refused ("client busy"; dropped unanswered if its answer does not fit either), a
+/// request alone being held whatever its size: the queues are bounded in count, but a
+/// server's requests may each be as large as a message.
+const MAX_HELD_BYTES: usize = MAX_SERVER_MESSAGE;
+
+/// About how many bytes `value` takes as JSON text (no escapes counted): a message's
+/// share of [`MAX_HELD_BYTES`].
+fn weight(value: &Value) -> usize {
+    match value {
+        Value::String(text) => text.len() + 2,
+        Value::Array(items) => items.iter().map(weight).fold(2, usize::saturating_add),
+        Value::Object(members) => members
+            .iter()
+            .map(|(name, value)| name.len() + 3 + weight(value))
+            .fold(2, usize::saturating_add),
+        _ => 8,
+    }
+}
+
+/// [`weight`] of a server request.
+fn request_weight(request: &Request) -> usize {
+    let id = match &request.id {
+        RequestId::String(text) => text.len(),
+        RequestId::Number(_) => 8,
+    };
+    let params = request.params.as_ref().map_or(0, weight);
+    request.method.len() + id + params
 }
 
 /// How many of the server's latest request ids are remembered, to drop a repeat of one;
@@ -241,6 +276,7 @@ impl Shared {
             task_watchers: Mutex::new(HashMap::new()),
             next_watcher: AtomicU64::new(0),
             connection_subscriptions: AtomicUsize::new(0),
+            held: AtomicUsize::new(0),
         });
         (shared, jobs)
     }
@@ -352,8 +388,8 @@ impl Shared {
     /// as stale and `notifications/tasks` wakes its task's followers, the others are only
     /// logged. A request from a session a renewal replaced
     /// is dropped: that session and its tasks are gone, and its request ids could repeat
-    /// the new session's. A request that finds [`MAX_QUEUED_SERVER_REQUESTS`] already
-    /// waiting for the dispatcher is refused ("client busy", sent by a thread of its own:
+    /// the new session's. A request that finds [`MAX_QUEUED_SERVER_REQUESTS`] (or
+    /// [`MAX_HELD_BYTES`]) already waiting for the dispatcher is refused ("client busy", sent by a thread of its own:
     /// the reader calling this never blocks), and counts neither as seen nor in flight for
     /// its task.
     pub(crate) fn incoming_from(&self, message: Message, session: Option<&str>) {
@@ -386,12 +422,21 @@ impl Shared {
                 }
                 // Queued under the `inputs` lock (`try_send` never blocks): the
                 // dispatcher's `input_done` for it cannot come before the count.
-                let work = Work::Request(request, session.map(str::to_owned));
-                let refused = match self.work.try_send(work) {
-                    Ok(()) => return,
-                    Err(TrySendError::Full(Work::Request(request, _))) => Some(request),
-                    // The dispatcher stopped: the client is going away.
-                    Err(TrySendError::Disconnected(_)) => None,
+                let size = request_weight(&request);
+                let refused = if self.hold(size) {
+                    let work = Work::Request(request, session.map(str::to_owned));
+                    let sent = self.work.try_send(work);
+                    if sent.is_ok() {
+                        return;
+                    }
+                    self.release(size);
+                    match sent {
+                        Err(TrySendError::Full(Work::Request(request, _))) => Some(request),
+                        // The dispatcher stopped: the client is going away.
+                        _ => None,
+                    }
+                } else {
+                    Some(request)
                 };
                 let key = task.map(|task| inputs.kept_text(&task));
                 if let Some(entry) = key.and_then(|key| inputs.per_task.get_mut(&key)) {
@@ -423,13 +468,13 @@ impl Shared {
         let error = RpcError::new(
             INTERNAL_ERROR,
             format!(
-                "client busy: {MAX_QUEUED_SERVER_REQUESTS} server requests already wait for \
-                 an answer"
+                "client busy: {MAX_QUEUED_SERVER_REQUESTS} server requests (or \
+                 {MAX_HELD_BYTES} bytes of them) already wait for an answer"
             ),
         );
         let answer = jsonrpc::error_response(Some(&request.id), &error);
         let session = session.map(str::to_owned);
-        if self.refusals.try_send((answer, session)).is_err() {
+        if !self.hold_answer(answer, session) {
             // Not answered at all: a copy that comes again (on another stream) is not a
             // repeat to drop, nor is it forgotten early through a stale place in the order.
             inputs.forget(&request.id);
@@ -492,14 +537,39 @@ impl Shared {
         if forgotten || !inputs.first_sight(id) {
             return;
         }
-        if self
-            .refusals
-            .try_send((answer, session.map(str::to_owned)))
-            .is_err()
-        {
+        if !self.hold_answer(answer, session.map(str::to_owned)) {
             inputs.forget(id);
             log::warn!("mcp client: too many server requests at once; {id} dropped unanswered");
         }
+    }
+
+    /// Takes `size` bytes of [`MAX_HELD_BYTES`]; false if they do not fit (a request alone
+    /// always does).
+    fn hold(&self, size: usize) -> bool {
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held == 0 || held.saturating_add(size) <= MAX_HELD_BYTES)
+                    .then(|| held.saturating_add(size))
+            })
+            .is_ok()
+    }
+
+    /// Gives back what [`hold`](Self::hold) took.
+    fn release(&self, size: usize) {
+        self.held.fetch_sub(size, Ordering::AcqRel);
+    }
+
+    /// Queues `answer` for the refusals' thread, if it has room (in count and in bytes).
+    fn hold_answer(&self, answer: Value, session: Option<String>) -> bool {
+        let size = weight(&answer);
+        if !self.hold(size) {
+            return false;
+        }
+        if self.refusals.try_send((answer, session)).is_err() {
+            self.release(size);
+            return false;
+        }
+        true
     }
 
     /// Whether request `id` still waits for its answer.
@@ -630,10 +700,11 @@ pub(crate) fn start_dispatcher(
     transport: Arc<dyn Transport>,
     handlers: Handlers,
 ) -> std::io::Result<()> {
-    let (refusals, stopped, refusing) = (
+    let (refusals, stopped, refusing, holding) = (
         shared.refusals_out.clone(),
         shared.stopped.clone(),
         transport.clone(),
+        shared.clone(),
     );
     std::thread::Builder::new()
         .name("mcp-client-refuse".into())
@@ -641,6 +712,7 @@ pub(crate) fn start_dispatcher(
             crossbeam_channel::select! {
                 recv(refusals) -> answer => {
                     let Ok((answer, session)) = answer else { return };
+                    holding.release(weight(&answer));
                     if let Err(error) = refusing.answer(answer, session.as_deref()) {
                         log::info!("mcp client: cannot refuse a server request: {error}");
                     }
@@ -663,9 +735,11 @@ pub(crate) fn start_dispatcher(
                 return;
             }
             {
-                let Ok(Work::Request(Request { id, method, params }, session)) = work else {
+                let Ok(Work::Request(request, session)) = work else {
                     return;
                 };
+                shared.release(request_weight(&request));
+                let Request { id, method, params } = request;
                 let task_id = related_task(params.as_ref());
                 {
                     let outcome = match method.as_str() {
@@ -979,6 +1053,40 @@ mod tests {
         );
         drop(release);
         transport.shutdown();
+    }
+
+    #[test]
+    fn server_requests_waiting_for_the_handlers_are_bounded_in_bytes() {
+        // Handlers answer one request at a time, as slowly as a human: a server sending
+        // large requests meanwhile must not make the client hold a thousand of them.
+        let (shared, jobs) = Shared::new();
+        let size = 256 * 1024;
+        for id in 0..(MAX_QUEUED_SERVER_REQUESTS as i64) {
+            let mut big = request(id, "t");
+            if let Message::Request(request) = &mut big {
+                request.params.as_mut().unwrap()["message"] = json!("x".repeat(size));
+            }
+            shared.incoming_from(big, None);
+        }
+        assert!(
+            jobs.len() * size <= MAX_SERVER_MESSAGE + size,
+            "{} requests of 256 KiB queued",
+            jobs.len()
+        );
+        // The others were refused ("client busy"), as many as the refusals' queue takes.
+        let refused = shared.refusals_out.len();
+        assert!(refused > 0);
+        // Once the dispatcher and the refusals' thread took them, there is room again.
+        let taken = jobs.len();
+        for Work::Request(request, _) in jobs.try_iter() {
+            shared.release(request_weight(&request));
+        }
+        for (answer, _) in shared.refusals_out.try_iter() {
+            shared.release(weight(&answer));
+        }
+        assert_eq!(shared.held.load(Ordering::Acquire), 0);
+        shared.incoming_from(request(-1, "t"), None);
+        assert_eq!(jobs.len(), 1, "after {taken} taken");
     }
 
     #[test]
