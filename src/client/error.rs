@@ -24,7 +24,10 @@ pub enum ClientError {
     /// client's connection goes on.
     Io(std::io::Error),
     /// The server closed the connection or died: its output ended, so every request still
-    /// waiting for an answer fails with this, and so does every later request.
+    /// waiting for an answer fails with this, and so does every later request. Over HTTP,
+    /// where each request has a connection of its own, it says that this request's
+    /// connection broke (reset, or closed before the answer came): later requests open
+    /// connections of their own, and may well succeed.
     Closed {
         /// What was observed (for example "the server closed its output").
         reason: String,

@@ -1839,3 +1839,28 @@ fn urls_send_path_and_query_and_refuse_what_they_cannot_honour() {
         assert!(error.contains(why), "{url}: {error}");
     }
 }
+
+/// Over HTTP every request has a connection of its own: one that breaks before its answer
+/// fails that request with `Closed`, and the next request goes through.
+#[test]
+fn a_connection_that_breaks_fails_its_request_alone() {
+    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let server = fake_server(move |request| {
+        let id = &request.body["id"];
+        let result = match request.rpc_method() {
+            Some("server/discover") => discovered(),
+            // The first ping's connection closes without a word.
+            Some("ping") if first.swap(false, Ordering::SeqCst) => return Some(String::new()),
+            _ => json!({}),
+        };
+        let answer = json!({"jsonrpc": "2.0", "id": id, "result": result});
+        Some(json_reply("200 OK", &answer, ""))
+    });
+    let client = Client::builder()
+        .revision(Revision::Sep2663)
+        .connect_http(&server.url)
+        .unwrap();
+    let error = request_within(&client, "ping").unwrap_err();
+    assert!(matches!(error, ClientError::Closed { .. }), "{error}");
+    assert_eq!(request_within(&client, "ping").unwrap(), json!({}));
+}
