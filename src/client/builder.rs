@@ -129,7 +129,9 @@ impl ClientBuilder {
     /// the task and looks at it (`tasks/get`) as soon as the server says it changed,
     /// instead of only at the next poll; it still polls at the server's interval, and a
     /// server without task notifications (it refuses the subscription) is only polled.
-    /// The subscription ends with the task (over HTTP it holds a connection meanwhile).
+    /// The subscription ends with the task (over HTTP it holds a connection meanwhile); one
+    /// whose event stream breaks off before (a proxy's idle limit, say) is opened again,
+    /// unless they keep breaking off at once.
     pub fn task_notifications(mut self, on: bool) -> Self {
         self.config.task_notifications = on;
         self

@@ -453,7 +453,7 @@ impl Client {
         let mut interval = None;
         let mut poll_failures = 0;
         let mut update_failures = 0;
-        let watch = TaskWatch::new(self, &id);
+        let mut watch = TaskWatch::new(self, &id);
         // When the next poll at the interval is due. A notification brings a look forward
         // (`early`) but leaves this schedule as it is: the stuck detector and the failed
         // polls in a row count polls at the interval only, so a server that keeps saying
@@ -621,19 +621,36 @@ fn sleep_until(wake: Instant) {
 
 /// A SEP-2663 task followed through the server's status notifications as well as polls
 /// (see [`ClientBuilder::task_notifications`]): a `subscriptions/listen` for it, and a
-/// wake-up for each `notifications/tasks` about it. Dropped, it ends the subscription if
-/// the server has not (it does once the task ended).
+/// wake-up for each `notifications/tasks` about it. A subscription that breaks off (its
+/// HTTP event stream ends without its result: a proxy's idle limit, a server dropping a
+/// slow reader) is opened again, and the task looked at; once more than
+/// [`MAX_QUICK_BREAKS`] in a row broke off soon after they opened, the task is only
+/// polled.
+/// Dropped, it ends the subscription if the server has not (it does once the task ended).
 struct TaskWatch<'c> {
     client: &'c Client,
     task_id: String,
     key: u64,
     woken: crossbeam_channel::Receiver<()>,
     /// The subscription's request: answered when it ends (or at once, with an error, by
-    /// a server without task notifications).
+    /// a server without task notifications). `None` once it ended for good.
     listen: Option<InFlight>,
     /// Whether it holds one of the [`MAX_HTTP_TASK_SUBSCRIPTIONS`] places.
     placed: bool,
+    /// When the subscription was opened.
+    opened: Instant,
+    /// Subscriptions in a row that broke off within [`LASTING_SUBSCRIPTION`].
+    quick_breaks: u32,
 }
+
+/// A subscription that lasted this long before it broke off was a working one: it is
+/// opened again however many did before it.
+const LASTING_SUBSCRIPTION: Duration = Duration::from_secs(10);
+
+/// Subscriptions in a row that may break off soon after they opened (within
+/// [`LASTING_SUBSCRIPTION`]) and still be opened again: past them the client stops opening
+/// them for the task (a server or proxy that cuts every one at once).
+pub(super) const MAX_QUICK_BREAKS: u32 = 3;
 
 impl<'c> TaskWatch<'c> {
     fn new(client: &'c Client, task_id: &str) -> TaskWatch<'c> {
@@ -644,38 +661,81 @@ impl<'c> TaskWatch<'c> {
         let costs_a_connection = client.inner.transport.abandon_ends_exchange();
         let placed =
             wanted && costs_a_connection && shared.claim_subscription(MAX_HTTP_TASK_SUBSCRIPTIONS);
-        let listen = if wanted && (placed || !costs_a_connection) {
-            let filter = json!({ "notifications": { "taskIds": [task_id] } });
-            client.start("subscriptions/listen", filter).ok()
-        } else {
-            None
-        };
-        TaskWatch {
+        let mut watch = TaskWatch {
             client,
             task_id: task_id.to_owned(),
             key,
             woken,
-            listen,
+            listen: None,
             placed,
+            opened: Instant::now(),
+            quick_breaks: 0,
+        };
+        if wanted && (placed || !costs_a_connection) {
+            watch.listen = watch.subscribe();
         }
+        watch
     }
 
-    /// Sleeps until `wake`, or until the server says the task changed (but at least
-    /// [`MIN_POLL_INTERVAL`]: a server sending notifications without end cannot make the
-    /// client poll without pause). True if it woke before `wake`.
-    fn sleep_until(&self, wake: Instant) -> bool {
+    /// Opens a subscription to the task.
+    fn subscribe(&mut self) -> Option<InFlight> {
+        self.opened = Instant::now();
+        let filter = json!({ "notifications": { "taskIds": [self.task_id] } });
+        self.client.start("subscriptions/listen", filter).ok()
+    }
+
+    /// Sleeps until `wake`, or until the server says the task changed, or its
+    /// subscription broke off and was opened again (but at least [`MIN_POLL_INTERVAL`]: a
+    /// server sending notifications without end cannot make the client poll without
+    /// pause). True if it woke before `wake`.
+    fn sleep_until(&mut self, wake: Instant) -> bool {
         let floor = Instant::now() + MIN_POLL_INTERVAL;
-        match self.woken.recv_deadline(wake) {
-            Ok(()) => {
-                let at = floor.min(wake);
-                sleep_until(at);
-                at < wake
+        let never = crossbeam_channel::never();
+        loop {
+            let ended = self
+                .listen
+                .as_ref()
+                .map_or(&never, |listen| &listen.pending);
+            crossbeam_channel::select! {
+                recv(self.woken) -> woken => {
+                    if woken.is_err() {
+                        sleep_until(wake);
+                        return false;
+                    }
+                }
+                recv(ended) -> end => {
+                    self.listen = None;
+                    // Its result (the server ended it) or a refusal is final.
+                    let error = match end {
+                        Ok(Err(error)) if !matches!(error, ClientError::Rpc(_)) => error,
+                        _ => continue,
+                    };
+                    if self.opened.elapsed() >= LASTING_SUBSCRIPTION {
+                        self.quick_breaks = 0;
+                    } else {
+                        self.quick_breaks += 1;
+                    }
+                    if self.quick_breaks > MAX_QUICK_BREAKS {
+                        log::info!(
+                            "mcp client: the subscriptions to task {} keep breaking off \
+                             ({error}); it is only polled from now on",
+                            self.task_id
+                        );
+                        continue;
+                    }
+                    log::info!(
+                        "mcp client: the subscription to task {} broke off ({error}); \
+                         subscribing again",
+                        self.task_id
+                    );
+                    // What changed meanwhile went unheard: the task is looked at.
+                    self.listen = self.subscribe();
+                }
+                default(wake.saturating_duration_since(Instant::now())) => return false,
             }
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                sleep_until(wake);
-                false
-            }
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => false,
+            let at = floor.min(wake);
+            sleep_until(at);
+            return at < wake;
         }
     }
 }

@@ -1864,3 +1864,97 @@ fn a_connection_that_breaks_fails_its_request_alone() {
     assert!(matches!(error, ClientError::Closed { .. }), "{error}");
     assert_eq!(request_within(&client, "ping").unwrap(), json!({}));
 }
+
+/// A subscription whose event stream breaks off (a proxy's idle limit, a server that drops
+/// a slow reader) while its task runs is opened again: the task's notifications are not
+/// lost for the rest of the call, which would then wait for the next poll (in an hour).
+#[test]
+fn a_subscription_that_breaks_off_is_opened_again() {
+    let listens = Arc::new(AtomicUsize::new(0));
+    let heard = listens.clone();
+    let changed = json!({"jsonrpc": "2.0", "method": "notifications/tasks",
+                         "params": {"taskId": "t1", "status": "completed"}});
+    let server = fake_server(move |request| {
+        let id = &request.body["id"];
+        let result = match request.rpc_method() {
+            Some("server/discover") => discovered(),
+            Some("tools/call") => json!({"resultType": "task", "taskId": "t1",
+                "status": "working", "pollIntervalMs": 3_600_000}),
+            // The first subscription's stream ends at once, without its result.
+            Some("subscriptions/listen") if heard.fetch_add(1, Ordering::SeqCst) == 0 => {
+                return Some(format!("{EVENT_STREAM}{END}"));
+            }
+            // The task ends once the client subscribed again, which hears of it.
+            Some("subscriptions/listen") => {
+                return Some(format!("{EVENT_STREAM}data: {changed}\n\n{HOLD}"));
+            }
+            Some("tasks/get") if heard.load(Ordering::SeqCst) > 1 => {
+                json!({"taskId": "t1", "status": "completed", "result": {"content": []}})
+            }
+            Some("tasks/get") => json!({"taskId": "t1", "status": "working"}),
+            _ => json!({}),
+        };
+        Some(json_reply(
+            "200 OK",
+            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+            "",
+        ))
+    });
+    let client = Client::builder()
+        .revision(Revision::Sep2663)
+        .max_poll_interval(Duration::from_secs(3600))
+        .deadline(Duration::from_secs(20))
+        .connect_http(&server.url)
+        .unwrap();
+    let outcome = within(Duration::from_secs(30), move || {
+        client.call_tool("work", json!({}))
+    })
+    .expect("the call hangs");
+    assert_eq!(outcome.unwrap(), json!({"content": []}));
+    let cancelled = (server.seen.try_iter()).any(|r| r.rpc_method() == Some("tasks/cancel"));
+    assert!(!cancelled, "the call waited for its deadline");
+    assert_eq!(listens.load(Ordering::SeqCst), 2);
+}
+
+/// A server (or proxy) that cuts every subscription at once is not asked again and again:
+/// past a few, the task is only polled.
+#[test]
+fn subscriptions_that_keep_breaking_off_are_given_up() {
+    let (listens, polls) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (heard, polled) = (listens.clone(), polls.clone());
+    let server = fake_server(move |request| {
+        let id = &request.body["id"];
+        let result = match request.rpc_method() {
+            Some("server/discover") => discovered(),
+            Some("tools/call") => json!({"resultType": "task", "taskId": "t1",
+                "status": "working", "pollIntervalMs": 10}),
+            Some("subscriptions/listen") => {
+                heard.fetch_add(1, Ordering::SeqCst);
+                return Some(format!("{EVENT_STREAM}{END}"));
+            }
+            Some("tasks/get") if polled.fetch_add(1, Ordering::SeqCst) >= 30 => {
+                json!({"taskId": "t1", "status": "completed", "result": {"content": []}})
+            }
+            Some("tasks/get") => json!({"taskId": "t1", "status": "working"}),
+            _ => json!({}),
+        };
+        Some(json_reply(
+            "200 OK",
+            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+            "",
+        ))
+    });
+    let client = Client::builder()
+        .revision(Revision::Sep2663)
+        .connect_http(&server.url)
+        .unwrap();
+    let outcome = within(Duration::from_secs(30), move || {
+        client.call_tool("work", json!({}))
+    })
+    .expect("the call hangs");
+    assert_eq!(outcome.unwrap(), json!({"content": []}));
+    assert_eq!(
+        listens.load(Ordering::SeqCst),
+        1 + crate::client::follow::MAX_QUICK_BREAKS as usize
+    );
+}
