@@ -147,7 +147,10 @@ impl ClientBuilder {
     }
 
     /// An overall deadline for every [`Client::call_tool`] (none by default): past it, the
-    /// call's task is cancelled and the call fails with [`ClientError::Deadline`].
+    /// call's task is cancelled and the call fails with [`ClientError::Deadline`]. The
+    /// cancel may take up to 5 s more; so may the answer to a `tools/call` that could
+    /// create a task (2025-11-25 with a task asked for; any on SEP-2663), so that a task
+    /// created just as the deadline passed is cancelled too, not left running unknown.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.config.deadline = Some(deadline);
         self

@@ -21,7 +21,7 @@ use crate::protocol::v2025::RELATED_TASK;
 use crate::protocol::Revision;
 
 /// How long a best-effort `tasks/cancel` may take before the client gives up on its answer.
-const CANCEL_WAIT: Duration = Duration::from_secs(5);
+pub(super) const CANCEL_WAIT: Duration = Duration::from_secs(5);
 /// Failed polls of a followed task in a row (or failed SEP-2663 `tasks/update`s in a row),
 /// the connection staying open, after which the client gives up on the task
 /// ([`ClientError::TaskAbandoned`]). Each is tried again at the task's polling interval: a
@@ -51,7 +51,7 @@ impl Follow<'_, '_> {
         self.deadline.and_then(|d| self.started.checked_add(d))
     }
 
-    fn report(&mut self, task: &TaskInfo) {
+    pub(super) fn report(&mut self, task: &TaskInfo) {
         if let Some(progress) = self.progress.as_mut() {
             progress(&Progress {
                 task: task.clone(),
@@ -175,7 +175,7 @@ impl Client {
     }
 
     /// The call's deadline passed: the task is abandoned.
-    fn deadline_passed(
+    pub(super) fn deadline_passed(
         &self,
         task_id: &str,
         follow: &Follow<'_, '_>,

@@ -127,7 +127,8 @@ impl<'a> CallOptions<'a> {
         CallOptions::default()
     }
 
-    /// An overall deadline for this call (overrides the client's).
+    /// An overall deadline for this call (overrides the client's; see
+    /// [`ClientBuilder::deadline`]).
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
         self
@@ -572,10 +573,31 @@ impl Client {
         }
         let mut rounds = 0;
         loop {
-            let outcome = self.call_raw_until(&call, follow.deadline_at())?;
+            let deadline = follow.deadline_at();
+            // A call sent now could only be given up on (and would run all the same).
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Err(follow.deadline_error(None, false));
+            }
+            // A call that may create a task gets a little longer for its answer: a task
+            // created just as the deadline passed is the call's, to cancel, not to leave
+            // running unknown.
+            let may_make_a_task = self.revision() == Revision::Sep2663 || call.task.is_some();
+            let answer_by = match deadline {
+                Some(deadline) if may_make_a_task => deadline.checked_add(follow::CANCEL_WAIT),
+                deadline => deadline,
+            };
+            let outcome = self.call_raw_until(&call, answer_by)?;
+            let late = deadline.is_some_and(|deadline| Instant::now() >= deadline);
             match outcome {
                 Some(CallOutcome::Complete(result)) => return Ok(result),
+                Some(CallOutcome::Task(task)) if late => {
+                    follow.report(&task);
+                    return self.deadline_passed(&task.task_id, &follow);
+                }
                 Some(CallOutcome::Task(task)) => return self.follow(task, &mut follow),
+                Some(CallOutcome::InputRequired { .. }) if late => {
+                    return Err(follow.deadline_error(None, false))
+                }
                 Some(CallOutcome::InputRequired {
                     input_requests,
                     request_state,

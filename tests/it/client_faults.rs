@@ -1450,6 +1450,48 @@ fn a_call_without_arguments_sends_an_empty_object() {
     }
 }
 
+#[test]
+fn a_task_created_just_after_the_deadline_is_cancelled() {
+    // The server is slow to answer the call that creates the task: its answer comes just
+    // after the call's deadline. The task it made is the call's, and must not be left to
+    // run with nobody following it.
+    let deadline = DEADLINE;
+    for revision in [Revision::V2025, Revision::Sep2663] {
+        let (stream, log) = scripted(move |method, _| match method {
+            "initialize" => initialized("2025-11-25"),
+            "server/discover" => discovered(),
+            "tools/list" => tool_list("required"),
+            "tools/call" => {
+                // A server busy for longer than the caller's deadline.
+                std::thread::sleep(deadline + Duration::from_millis(100));
+                match revision {
+                    Revision::V2025 => Act::Answer(json!({"task": task("working")})),
+                    _ => sep_task(),
+                }
+            }
+            "tasks/cancel" if revision == Revision::V2025 => Act::Answer(task("cancelled")),
+            "tasks/cancel" => Act::Answer(json!({"resultType": "complete"})),
+            "tasks/get" => Act::Answer(json!({"taskId": "t1", "status": "cancelled"})),
+            _ => Act::Ignore,
+        });
+        let error = call_work(
+            Client::builder().revision(revision).deadline(deadline),
+            stream,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&error, ClientError::Deadline { task_id: Some(id), cancelled: true, .. } if id == "t1"),
+            "{revision:?}: {error}"
+        );
+        assert_eq!(
+            count(&log, "tasks/cancel"),
+            1,
+            "{revision:?}: {:?}",
+            methods(&log)
+        );
+    }
+}
+
 #[cfg(feature = "http")]
 mod over_http {
     use std::io::{BufRead, BufReader, Read, Write};
