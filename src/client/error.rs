@@ -269,7 +269,13 @@ fn cancel_outcome(f: &mut fmt::Formatter<'_>, cancelled: bool) -> fmt::Result {
     if cancelled {
         write!(f, " was cancelled")
     } else {
-        write!(f, " was sent a tasks/cancel that the server did not accept")
+        // Not "was sent": the cancel may not have gone out at all (the connection closed,
+        // a server that stopped reading).
+        write!(
+            f,
+            " was not cancelled (its tasks/cancel was refused, went unanswered or could not \
+             be sent)"
+        )
     }
 }
 
@@ -287,5 +293,22 @@ impl std::error::Error for ClientError {
 impl From<RpcError> for ClientError {
     fn from(error: RpcError) -> Self {
         ClientError::Rpc(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cancel_that_was_not_accepted_is_not_said_to_have_been_sent() {
+        let error = ClientError::Stuck {
+            task_id: "t1".into(),
+            polls: 3,
+            cancelled: false,
+        };
+        let text = error.to_string();
+        assert!(!text.contains("was sent"), "{text}");
+        assert!(text.contains("was not cancelled"), "{text}");
     }
 }
