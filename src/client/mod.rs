@@ -642,10 +642,10 @@ impl Client {
             // A created task only answers a call that asked for one: a plain call's result
             // may have a field of any name.
             (Revision::V2025, _) => match (call.task, reply.get("task")) {
-                (Some(_), Some(task)) => CallOutcome::Task(TaskInfo::from_value(task)?),
+                (Some(_), Some(task)) => CallOutcome::Task(self.created_task(task)?),
                 _ => CallOutcome::Complete(reply),
             },
-            (Revision::Sep2663, Some("task")) => CallOutcome::Task(TaskInfo::from_value(&reply)?),
+            (Revision::Sep2663, Some("task")) => CallOutcome::Task(self.created_task(&reply)?),
             (Revision::Sep2663, Some("input_required")) => CallOutcome::InputRequired {
                 input_requests: match reply.get("inputRequests") {
                     Some(Value::Object(map)) => {
@@ -662,6 +662,32 @@ impl Client {
             (Revision::Sep2663, _) => CallOutcome::Complete(reply),
         };
         Ok(Some(outcome))
+    }
+
+    /// The task a `tools/call` created, as the server described it. One the client cannot
+    /// read (no status it knows, say) cannot be followed: rather than leave it running
+    /// with nobody to end it, the client cancels it when its id can be read (best effort,
+    /// within the cancel's budget) and fails the call with `Protocol`.
+    fn created_task(&self, value: &Value) -> Result<TaskInfo, ClientError> {
+        let error = match TaskInfo::from_value(value) {
+            Ok(task) => return Ok(task),
+            Err(error) => error,
+        };
+        let Some(task_id) = value.get("taskId").and_then(Value::as_str) else {
+            return Err(error);
+        };
+        let within = Instant::now() + follow::CANCEL_WAIT;
+        let cancelled = (self
+            .start("tasks/cancel", json!({ "taskId": task_id }))
+            .ok())
+        .is_some_and(|call| self.wait(call, Some(within)).is_ok());
+        let outcome = match cancelled {
+            true => "it was sent a tasks/cancel, which the server accepted",
+            false => "it may still run: the server did not accept a tasks/cancel",
+        };
+        Err(ClientError::Protocol(format!(
+            "the call created task {task_id}, which the client cannot follow ({error}); {outcome}"
+        )))
     }
 
     /// Follows a task (from [`call_tool_raw`](Self::call_tool_raw)) to its end, exactly as

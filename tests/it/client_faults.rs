@@ -1492,6 +1492,42 @@ fn a_task_created_just_after_the_deadline_is_cancelled() {
     }
 }
 
+#[test]
+fn a_created_task_the_client_cannot_read_is_cancelled() {
+    // The server makes a task but describes it with a status no revision has: the client
+    // cannot follow it, and must not leave it running with nobody to end it.
+    for revision in [Revision::V2025, Revision::Sep2663] {
+        let (stream, log) = scripted(move |method, _| match method {
+            "initialize" => initialized("2025-11-25"),
+            "server/discover" => discovered(),
+            "tools/list" => tool_list("required"),
+            "tools/call" => {
+                let task = json!({"taskId": "t1", "status": "pondering"});
+                match revision {
+                    Revision::V2025 => Act::Answer(json!({ "task": task })),
+                    _ => Act::Answer(
+                        json!({"resultType": "task", "taskId": "t1", "status": "pondering"}),
+                    ),
+                }
+            }
+            "tasks/cancel" if revision == Revision::V2025 => Act::Answer(task("cancelled")),
+            "tasks/cancel" => Act::Answer(json!({"resultType": "complete"})),
+            _ => Act::Ignore,
+        });
+        let error = call_work(Client::builder().revision(revision), stream).unwrap_err();
+        assert!(
+            matches!(&error, ClientError::Protocol(why) if why.contains("t1") && why.contains("accepted")),
+            "{revision:?}: {error}"
+        );
+        assert_eq!(
+            count(&log, "tasks/cancel"),
+            1,
+            "{revision:?}: {:?}",
+            methods(&log)
+        );
+    }
+}
+
 #[cfg(feature = "http")]
 mod over_http {
     use std::io::{BufRead, BufReader, Read, Write};
