@@ -546,7 +546,8 @@ fn ascii(bytes: &[u8]) -> String {
 }
 
 /// A request head: empty lines first are skipped; the request line is `METHOD SP target SP
-/// HTTP/d.d` (1.0 and 1.1 are served, other versions get 505, anything else 400); each
+/// HTTP/d.d` (1.0 and 1.1 are served, a later 1.x as 1.1, other versions get 505,
+/// anything else 400); each
 /// field line is `token ":" value`, not folded (else 400); all ASCII text (else 400), at
 /// most [`HEAD_BYTES`] and [`HEAD_FIELDS`] fields (else 431).
 fn read_head(rest: &mut &[u8]) -> Result<Head, Stop> {
@@ -571,6 +572,8 @@ fn read_head(rest: &mut &[u8]) -> Result<Head, Stop> {
     let http10 = match version {
         b"HTTP/1.1" => false,
         b"HTTP/1.0" => true,
+        // RFC 9110 §2.5: a later minor version is read as the latest one the server knows.
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', minor] if minor.is_ascii_digit() => false,
         [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
             if major.is_ascii_digit() && minor.is_ascii_digit() =>
         {

@@ -7,9 +7,10 @@
 //! - a head is ASCII: visible characters, spaces and tabs, lines ending in CRLF or LF; at
 //!   most [`Limits::head_bytes`] bytes and [`Limits::headers`] fields, else 431. Empty
 //!   lines before the request line are skipped (RFC 9112 §2.2);
-//! - the request line is `METHOD SP target SP HTTP/d.d`; a version other than 1.0 or 1.1
-//!   gets 505, anything malformed 400, as does a field name that is not a token, a field
-//!   line without a colon, or a folded field line;
+//! - the request line is `METHOD SP target SP HTTP/d.d`; a later HTTP/1 minor version
+//!   (1.2 to 1.9) is read as 1.1, the version this reader conforms to (RFC 9110 §2.5),
+//!   another major version gets 505, anything malformed 400, as does a field name that is
+//!   not a token, a field line without a colon, or a folded field line;
 //! - a body is framed by `Transfer-Encoding: chunked` or by `Content-Length`, never both
 //!   (400); another transfer coding gets 501; `Content-Length` values must be digits and
 //!   agree (400). A declared body past the limit gets 413 unread, and a chunked one is read
@@ -438,10 +439,13 @@ pub(super) fn read_head(reader: &mut impl BufRead, limits: &Limits) -> Result<He
     let version = match version.as_bytes() {
         b"HTTP/1.1" => Version::Http11,
         b"HTTP/1.0" => Version::Http10,
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', minor] if minor.is_ascii_digit() => {
+            Version::Http11
+        }
         [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
             if major.is_ascii_digit() && minor.is_ascii_digit() =>
         {
-            return Err(refused(505, "only HTTP/1.1 and HTTP/1.0 are served"));
+            return Err(refused(505, "only HTTP/1 is served"));
         }
         _ => return Err(refused(400, "malformed HTTP version")),
     };
@@ -694,6 +698,18 @@ mod tests {
     }
 
     #[test]
+    fn a_later_http1_minor_version_is_read_as_http11() {
+        // RFC 9110 §2.5: processed as the highest minor version this reader conforms to.
+        let h = head("GET /mcp HTTP/1.2\r\nHost: a\r\n\r\n").unwrap();
+        assert_eq!(h.version, Version::Http11);
+        assert!(h.keeps_alive());
+        assert!(h.check_host().is_ok());
+        // And so needs its Host, as HTTP/1.1 does.
+        let hostless = head("GET /mcp HTTP/1.9\r\n\r\n").unwrap();
+        assert!(hostless.check_host().is_err());
+    }
+
+    #[test]
     fn keep_alive_follows_the_version_and_connection_tokens() {
         let alive = |raw: &str| head(raw).unwrap().keeps_alive();
         assert!(!alive(
@@ -714,6 +730,8 @@ mod tests {
         for (raw, want) in [
             ("GET /mcp HTTP/2.0\r\n\r\n", 505),
             ("PRI * HTTP/3.0\r\n\r\n", 505),
+            ("GET /mcp HTTP/0.9\r\n\r\n", 505),
+            ("GET /mcp HTTP/1.10\r\n\r\n", 400),
             ("GET /mcp HTTP/1.1 x\r\n\r\n", 400),
             ("GET  /mcp HTTP/1.1\r\n\r\n", 400),
             ("GET /mcp HTTP/1\r\n\r\n", 400),

@@ -239,6 +239,31 @@ fn known_leniency(why: &str, raw: &[u8]) -> bool {
     }
 }
 
+/// `raw` with a request line of a later HTTP/1 minor version (`HTTP/1.2` to `HTTP/1.9`)
+/// rewritten as `HTTP/1.1`: this reader reads those as 1.1 (RFC 9110 §2.5), httparse knows
+/// only 1.0 and 1.1, and the rest of the two readings must agree all the same.
+fn later_minor_as_http11(raw: &[u8]) -> Vec<u8> {
+    let mut raw = raw.to_vec();
+    // The request line: the first that is not empty.
+    let start = raw
+        .iter()
+        .position(|b| !b"\r\n".contains(b))
+        .unwrap_or(raw.len());
+    let end = (raw[start..].iter().position(|b| *b == b'\n')).map_or(raw.len(), |at| start + at);
+    let end = if end > start && raw[end - 1] == b'\r' {
+        end - 1
+    } else {
+        end
+    };
+    if let Some(at) = end.checked_sub(8).filter(|at| *at >= start) {
+        let version = &raw[at..end];
+        if version.starts_with(b"HTTP/1.") && (b'2'..=b'9').contains(&version[7]) {
+            raw[at + 7] = b'1';
+        }
+    }
+    raw
+}
+
 /// Where httparse refused a chunked body, and the bytes from there on.
 type Refusal<'a> = (&'static str, &'a [u8]);
 
@@ -292,9 +317,10 @@ fn compare(raw: &[u8]) -> Result<Reached, String> {
         return Ok(Reached::Refused);
     };
     let used = raw.len() - reader.len();
+    let as_http11 = later_minor_as_http11(raw);
     let mut fields = [httparse::EMPTY_HEADER; 32];
     let mut theirs = httparse::Request::new(&mut fields);
-    match theirs.parse(raw) {
+    match theirs.parse(&as_http11) {
         Ok(httparse::Status::Complete(n)) if n == used => {}
         other => {
             return Err(format!(
