@@ -557,3 +557,34 @@ fn a_journaled_store_keeps_each_identitys_tasks_across_a_restart() {
     assert_eq!(bobs["error"]["code"], unknown["error"]["code"], "{bobs}");
     assert!(bobs["result"].is_null(), "{bobs}");
 }
+
+/// A client that sends its whole request before it reads (most do) gets the refusal of a
+/// large body it sent, not a reset: the server drops the unread body rather than close
+/// the connection on it, which would reset it and lose the 401 (and, with it, the
+/// client's cue to renew its credentials).
+#[test]
+fn a_refused_request_with_a_large_body_still_gets_its_refusal() {
+    let (http, _) = start(1024);
+    let addr = http.local_addr();
+    let limit = HttpOptions::default().max_body_bytes;
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(limit - 100)
+    );
+    assert!(body.len() <= limit);
+    let mut conn = TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).unwrap();
+    // Written whole before anything is read, as a simple client does.
+    let sent = conn.write_all(body.as_bytes());
+    let mut conn = BufReader::new(conn);
+    let refused = read_reply(&mut conn);
+    assert!(sent.is_ok(), "the body could not be sent: {sent:?}");
+    assert_eq!((refused.status, refused.code()), (401, -32600));
+}

@@ -352,7 +352,10 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
                         shared: &shared,
                         id,
                     };
-                    write_answers(&outbox, &socket, shared.options.write_timeout);
+                    let options = &shared.options;
+                    let limits = &options.limits;
+                    let request_bytes = limits.head_bytes.saturating_add(limits.body_bytes);
+                    write_answers(&outbox, &socket, options.write_timeout, request_bytes);
                 })
         };
         let reader = match writer {

@@ -19,7 +19,10 @@ use crate::protocol::jsonrpc::{self, RpcError};
 
 /// Unread bytes a finished connection reads and drops (at most, for at most [`LINGER`]),
 /// so that its last answer is not lost to a reset: closing a socket with unread input
-/// resets it, and the client may lose what it had not read yet.
+/// resets it, and the client may lose what it had not read yet. At least this, and at
+/// least a whole request (see [`write_answers`]): a request refused from its head (by the
+/// authentication hook, say) leaves its body unread, and a client that sends a request
+/// whole before it reads (most do) would otherwise meet a reset instead of its refusal.
 const LINGER_BYTES: u64 = 1 << 20;
 const LINGER: Duration = Duration::from_secs(1);
 
@@ -74,13 +77,14 @@ pub(super) fn write_all_by(
 }
 
 /// Ends a connection whose last answer was written: the client sees the end after it,
-/// and what it still sends is read and dropped for a moment (see [`LINGER`]).
-fn finish(socket: &TcpStream) {
+/// and what it still sends (up to `linger_bytes`) is read and dropped for a moment (see
+/// [`LINGER`]).
+fn finish(socket: &TcpStream, linger_bytes: u64) {
     let _ = socket.shutdown(Shutdown::Write);
     let deadline = Instant::now() + LINGER;
     let mut rest = [0u8; 16 * 1024];
     let mut dropped = 0u64;
-    while dropped < LINGER_BYTES {
+    while dropped < linger_bytes {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || socket.set_read_timeout(Some(left)).is_err() {
             break;
@@ -322,12 +326,20 @@ impl Outbox {
 }
 
 /// The connection's writer: writes its answers in order until the connection is over.
-pub(super) fn write_answers(outbox: &Outbox, socket: &TcpStream, write_timeout: Duration) {
+/// Requests are at most `request_bytes` long (head and body): so much of what the client
+/// still sends is dropped as it ends, if it comes in time (see [`LINGER_BYTES`]).
+pub(super) fn write_answers(
+    outbox: &Outbox,
+    socket: &TcpStream,
+    write_timeout: Duration,
+    request_bytes: usize,
+) {
+    let linger_bytes = u64::try_from(request_bytes).map_or(u64::MAX, |n| n.max(LINGER_BYTES));
     while let Some((bytes, close, completes)) = outbox.next_to_write() {
         let ok = write_all_by(socket, &bytes, write_deadline(write_timeout, bytes.len())).is_ok();
         if outbox.written(ok, close, completes) {
             if ok {
-                finish(socket);
+                finish(socket, linger_bytes);
             } else {
                 // A client that stopped reading (or left): nothing more can reach it.
                 let _ = socket.shutdown(Shutdown::Both);
