@@ -11,6 +11,7 @@
 //! ends: closing the connection ends them all, so a stalled one never holds up shutdown.
 
 use std::io::{self, BufRead, BufWriter, Write};
+use std::panic::AssertUnwindSafe;
 use std::thread;
 
 use crossbeam_channel::{select, Receiver, Sender, TrySendError};
@@ -104,7 +105,15 @@ fn serve_queued(
                     }
                 };
                 if !text.is_empty() {
-                    connection.handle_text(text, respond);
+                    // A panic while handling one message (in a tool's preflight, on
+                    // arguments its client chose) must not end the transport, as over
+                    // HTTP: its request's reply, dropped in the unwinding, answers -32603.
+                    let handled = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        connection.handle_text(text, respond)
+                    }));
+                    if handled.is_err() {
+                        log::error!("handling a message panicked; the connection goes on");
+                    }
                 }
             }
         }

@@ -566,3 +566,55 @@ fn a_response_without_a_usable_id_is_not_answered() {
         "only the ping is answered"
     );
 }
+
+/// A tool's preflight that panics (on arguments a client chose) fails its call, as a
+/// panicking tool does, and the server goes on reading: it must not take the stdio
+/// transport (and the process serving it) down with it.
+#[test]
+fn a_panicking_preflight_fails_its_call_and_the_server_keeps_serving() {
+    use mcp_task_store::server::{text_result, Preflight, TaskSupport, Tool};
+    let tool = Tool::new(
+        "fragile",
+        "panics in its preflight when told to",
+        json!({"type": "object"}),
+        TaskSupport::Optional,
+        |_, _| Ok(text_result("ran")),
+    )
+    .with_preflight(|args, _| {
+        assert!(args.get("boom").is_none(), "the preflight broke");
+        Preflight::Proceed
+    });
+    let server = Server::builder().tool(tool).build().unwrap();
+    let meta = crate::http::meta_2026(true);
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "fragile", "arguments": {"boom": true}, "_meta": meta}});
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+    let input = format!("{call}\n{ping}\n").into_bytes();
+    let out = Captured::default();
+    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        server.serve_lines(Cursor::new(input), out.clone())
+    }));
+    assert!(
+        matches!(served, Ok(Ok(()))),
+        "serving ended with a panic or an error"
+    );
+    let started = Instant::now();
+    let responses = loop {
+        let responses = out.messages();
+        if responses.len() >= 2 || started.elapsed() > Duration::from_secs(10) {
+            break responses;
+        }
+        std::thread::yield_now();
+    };
+    let by_id = |id: i64| responses.iter().find(|m| m["id"] == id);
+    assert_eq!(
+        by_id(1).map(|m| m["error"]["code"].clone()),
+        Some(json!(-32603)),
+        "{responses:?}"
+    );
+    assert_eq!(
+        by_id(2).map(|m| m["result"].clone()),
+        Some(json!({})),
+        "{responses:?}"
+    );
+}
