@@ -63,8 +63,8 @@ pub(super) struct Hooks {
     pub(super) always: Box<AlwaysFields>,
     /// Who sent a request, told from its head once it is found well formed, before its
     /// body is read: a request turned away here gets its answer and the connection
-    /// closes with the body unread, so nobody the server would refuse can make it read
-    /// (and hold) a body.
+    /// closes with the body never taken in, so nobody the server would refuse can make it
+    /// hold a body (what of it still comes as it closes is dropped, see `outbox`).
     pub(super) admit: Box<Admit>,
 }
 

@@ -82,9 +82,11 @@ pub struct HttpOptions {
     /// not).
     ///
     /// The hook runs on the connection's reader once the request's head is read and found
-    /// well formed, before its body is read: a refused request's body is never read (nor
-    /// an `Expect: 100-continue` client told to send it), and its connection closes after
-    /// the refusal, so a client sends credentials with a new one. It should not block for
+    /// well formed, before its body is read: a refused request's body is never taken in
+    /// (nor an `Expect: 100-continue` client told to send it), and its connection closes
+    /// after the refusal, so a client sends credentials with a new one. (Whatever of the
+    /// body still arrives as it closes is read and dropped for a moment, lest it reset the
+    /// connection and lose the refusal.) It should not block for
     /// long (a network lookup holds that connection's next request). A hook that panics
     /// gets the request HTTP 500. Default: none, every request is served and 2026-07-28 task ids
     /// are bearer capabilities bound to nothing else.
