@@ -115,6 +115,23 @@ fn chatty_ask_tool() -> Tool {
     )
 }
 
+/// How many times [`counted_tool`] ran.
+static COUNTED_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A tool with a side effect to see: each run counts in [`COUNTED_RUNS`].
+fn counted_tool() -> Tool {
+    Tool::new(
+        "counted",
+        "Counts its runs",
+        json!({"type": "object"}),
+        TaskSupport::Optional,
+        |_, _| {
+            COUNTED_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(text_result("counted".to_owned()))
+        },
+    )
+}
+
 fn progress_tool() -> Tool {
     Tool::new(
         "progress",
@@ -170,6 +187,7 @@ impl Harness {
             ask_maybe_tool(),
             passthrough_tool(),
             payload_bomb_tool(),
+            counted_tool(),
         ]) {
             builder = builder.tool(tool);
         }
@@ -1179,6 +1197,59 @@ fn a_tool_waiting_for_the_client_is_freed_when_its_task_ends_even_if_the_event_i
         json!({"name": "echo", "arguments": {"text": "hi"}}),
     );
     assert_eq!(echoed["content"][0]["text"], "hi", "{echoed}");
+}
+
+/// A task cancelled while its run waits for a worker never runs its tool: a tool with
+/// side effects must not act for a task its client already gave up.
+#[test]
+fn a_task_cancelled_before_a_worker_takes_it_never_runs_its_tool() {
+    let mut h = Harness::with_workers(1);
+    h.initialize(json!({}));
+    // The one worker is busy until this task is cancelled.
+    let busy = h.start("sleep_required", json!({"ms": 600_000}));
+    let queued = h.start("counted", json!({}));
+    h.result("tasks/cancel", json!({"taskId": queued}));
+    h.result("tasks/cancel", json!({"taskId": busy}));
+    // One worker runs jobs in order: once a plain call behind the queued run has run,
+    // so has whatever the queued run was going to do.
+    let echoed = h.result(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "after"}}),
+    );
+    assert_eq!(echoed["content"][0]["text"], "after", "{echoed}");
+    assert_eq!(COUNTED_RUNS.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let task = h.result("tasks/get", json!({"taskId": queued}));
+    assert_eq!(task["status"], "cancelled", "{task}");
+}
+
+/// So with a plain call its client cancelled (`notifications/cancelled`) while it waited.
+#[test]
+fn a_plain_call_cancelled_before_a_worker_takes_it_never_runs_its_tool() {
+    let mut h = Harness::with_workers(1);
+    h.initialize(json!({}));
+    let busy = h.start("sleep_required", json!({"ms": 600_000}));
+    let (answers_tx, answers) = crossbeam_channel::unbounded();
+    h.connection.handle_text(
+        &json!({"jsonrpc": "2.0", "id": "queued", "method": "tools/call",
+               "params": {"name": "counted", "arguments": {}}})
+        .to_string(),
+        Box::new(move |v| answers_tx.send(v).unwrap()),
+    );
+    h.connection.handle_text(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+               "params": {"requestId": "queued"}})
+        .to_string(),
+        Box::new(|_| {}),
+    );
+    h.result("tasks/cancel", json!({"taskId": busy}));
+    let echoed = h.result(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "after"}}),
+    );
+    assert_eq!(echoed["content"][0]["text"], "after", "{echoed}");
+    assert_eq!(COUNTED_RUNS.load(std::sync::atomic::Ordering::SeqCst), 0);
+    // Receivers SHOULD NOT answer a cancelled request: the transport hears Null.
+    assert_eq!(answers.recv_timeout(WAIT), Ok(Value::Null));
 }
 
 #[test]

@@ -14,7 +14,7 @@ use super::{Connection, Reply};
 use crate::model::{CreateTask, Origin, Outcome, StoreEvent, Task, TaskId, TaskStatus};
 use crate::protocol::jsonrpc::{self, RequestId, RpcError};
 use crate::protocol::{rpc_error, sep2663, v2025, RequestMeta, Revision};
-use crate::server::context::{Binding, TaskContext};
+use crate::server::context::{Binding, Cancelled, TaskContext};
 use crate::server::tools::{Preflight, TaskSupport, Tool};
 use crate::store::CancelToken;
 use crate::StoreError;
@@ -421,7 +421,14 @@ fn inline_outcome(revision: Revision, outcome: Result<Value, RpcError>) -> Resul
     }
 }
 
+/// Runs `tool` on a worker, its panic turned into an error.
 fn run_tool(tool: &Tool, arguments: Value, context: &TaskContext) -> Result<Value, RpcError> {
+    // Cancelled while it waited for a worker (a `tasks/cancel`, a `DELETE`, its TTL, a
+    // client's `notifications/cancelled`): nobody wants its work any more, and a tool with
+    // side effects must not act for it.
+    if context.is_cancelled() {
+        return Err(Cancelled.into());
+    }
     std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(arguments, context))).unwrap_or_else(
         |payload| {
             drop_payload(payload);
