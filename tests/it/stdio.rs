@@ -612,6 +612,12 @@ fn a_panicking_preflight_fails_its_call_and_the_server_keeps_serving() {
         Some(json!(-32603)),
         "{responses:?}"
     );
+    // Said as it is, not as a busy server.
+    let message = by_id(1).map(|m| m["error"]["message"].to_string());
+    assert!(
+        message.is_some_and(|m| m.contains("preflight of tool 'fragile' panicked")),
+        "{responses:?}"
+    );
     assert_eq!(
         by_id(2).map(|m| m["result"].clone()),
         Some(json!({})),

@@ -79,7 +79,19 @@ impl Connection {
                 return reply.send(Err(sep2663::missing_capability(&what)));
             }
             let responses = call.input_responses.as_ref();
-            if let Preflight::NeedInput(requests) = tool.preflight(&arguments, responses) {
+            // A preflight runs on the transport's reader: its panic must not reach it.
+            let preflight = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                tool.preflight(&arguments, responses)
+            }));
+            let preflight = match preflight {
+                Ok(preflight) => preflight,
+                Err(payload) => {
+                    drop_payload(payload);
+                    let why = format!("the preflight of tool '{}' panicked", call.name);
+                    return reply.send(Err(RpcError::internal(why)));
+                }
+            };
+            if let Preflight::NeedInput(requests) = preflight {
                 let methods = requests
                     .values()
                     .filter_map(|request| request.get("method").and_then(Value::as_str));
