@@ -459,6 +459,10 @@ impl TaskContext {
     /// declare (at `initialize`, or on SEP-2663 in the call's own `_meta`, -32021) fails
     /// with that error, and nothing is asked.
     pub fn request_input(&self, requests: Vec<(String, Value)>) -> Result<Vec<Value>, RpcError> {
+        // Nothing asked, nothing to wait for (nor a status to show it), on either revision.
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
         if let Some(declared) = &self.declared {
             let methods = requests.iter().map(|(method, _)| method.as_str());
             if let Some(error) =

@@ -132,6 +132,20 @@ fn counted_tool() -> Tool {
     )
 }
 
+/// A task tool that asks for no input at all, and returns how many answers it got.
+fn ask_nothing_tool() -> Tool {
+    Tool::new(
+        "ask_nothing",
+        "Asks for nothing",
+        json!({"type": "object"}),
+        TaskSupport::Required,
+        |_, ctx| {
+            let answers = ctx.request_input(Vec::new())?;
+            Ok(text_result(format!("{} answers", answers.len())))
+        },
+    )
+}
+
 fn progress_tool() -> Tool {
     Tool::new(
         "progress",
@@ -188,6 +202,7 @@ impl Harness {
             passthrough_tool(),
             payload_bomb_tool(),
             counted_tool(),
+            ask_nothing_tool(),
         ]) {
             builder = builder.tool(tool);
         }
@@ -1423,6 +1438,23 @@ impl Harness {
             std::thread::yield_now();
         }
     }
+}
+
+/// Asking for no input gets no answers at once, on either revision (on SEP-2663 the store
+/// refuses an empty set of input requests, which the tool used to get as an error).
+#[test]
+fn asking_for_no_input_gets_no_answers_on_both_revisions() {
+    let mut h = Harness::new();
+    let created = h.call_2026("ask_nothing", json!({}), true)["result"].clone();
+    let id = created["taskId"].as_str().expect("a task").to_owned();
+    let done = h.poll_2026(&id, &["completed", "failed"]);
+    assert_eq!(done["result"]["content"][0]["text"], "0 answers", "{done}");
+
+    let mut h = Harness::new();
+    h.initialize(json!({}));
+    let id = h.start("ask_nothing", json!({}));
+    let result = h.result("tasks/result", json!({"taskId": id}));
+    assert_eq!(result["content"][0]["text"], "0 answers", "{result}");
 }
 
 #[test]
