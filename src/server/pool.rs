@@ -34,8 +34,9 @@ thread_local! {
 /// Runs jobs on `workers` threads (plus stand-ins for workers waiting on a client);
 /// refuses new jobs when the queue is full.
 ///
-/// Dropping the pool closes the queue; workers finish their current job and exit. They are
-/// not joined, since a tool may block for a long time (an unanswered elicitation, say) and
+/// Dropping the pool closes the queue; workers finish the jobs already queued (a run whose
+/// call was cancelled meanwhile returns at once without calling its tool) and exit. They
+/// are not joined, since a tool may block for a long time (an unanswered elicitation, say) and
 /// shutting a server down must not wait for it.
 #[derive(Debug)]
 pub(crate) struct WorkerPool {
