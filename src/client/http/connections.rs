@@ -1,6 +1,7 @@
 //! The connections of the exchanges under way, kept so that shutting the client down, or
 //! abandoning a request nobody waits for any more, can shut them down and free the
-//! threads blocked on them: every POST and `GET` stream registers its connection here
+//! threads blocked on them: every POST and `GET` stream (the session's, and those resuming
+//! a POST's stream, which belong to its request) registers its connection here
 //! (the session's closing `DELETE`, sent after they are all shut down, does not).
 
 use std::collections::HashMap;

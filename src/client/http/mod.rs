@@ -15,15 +15,17 @@
 //! The `GET` event stream is opened again whenever it ends while the client is open (see
 //! [`Inner::event_stream`]), waiting between attempts as the server's `retry:` or a doubling
 //! backoff says, and resuming from the last event id; shutting the client down wakes it from
-//! those waits.
+//! those waits. A POST's event stream that ends before its answer, after events with ids,
+//! is resumed with `GET`s of the request's own (2025-11-25, [`resume`]).
 //!
 //! This module is the MCP transport: sessions and their renewal, the headers each message
 //! carries, and routing what a POST's answer brings. Below it, [`wire`] speaks HTTP/1.1
 //! (one exchange, a body's framing), [`sse`] reads event streams, [`connections`] keeps
-//! the connections under way for shutdown to end, and [`stream`] runs the `GET` stream's
-//! reader.
+//! the connections under way for shutdown to end, [`stream`] runs the `GET` stream's
+//! reader, and [`resume`] resumes a POST's event stream.
 
 mod connections;
+mod resume;
 mod sse;
 mod stream;
 mod wire;
@@ -371,9 +373,10 @@ impl Inner {
         if initialize {
             *self.initialize.lock() = Some(message.clone());
         }
+        let idle = self.link(message).idle;
         let outcome = self
             .post_in_session(message, Some(id))
-            .and_then(|response| self.answer(id, initialize, response));
+            .and_then(|response| self.answer(id, initialize, idle, response));
         if let Err(error) = outcome {
             self.shared.complete(id, Err(error));
         }
@@ -483,64 +486,35 @@ impl Inner {
     /// notifications it carries (an SSE answer may bring server requests first). A POST's
     /// response answers only the request it carried: a response there under another id
     /// is dropped (an error under another id, as a proxy may send, answers `id`).
+    ///
+    /// An event stream that ends without the answer, having given its events ids, is
+    /// resumed with a `GET` (2025-11-25, see [`resume`]); `idle` is the read limit of the
+    /// request's exchange until a response head comes.
     fn answer(
         &self,
         id: &RequestId,
         initialize: bool,
+        idle: Option<Duration>,
         response: HttpResponse,
     ) -> Result<(), ClientError> {
         let status = response.status;
         let session = response.session.clone();
         if response.is_event_stream() {
-            response.wait_for_events().map_err(ClientError::io)?;
-            let mut body = response.body;
-            let mut answered = false;
-            read_events(&mut body, |data| {
-                match jsonrpc::parse_message(data) {
-                    Ok(Message::Response(r)) if &r.id == id => {
-                        answered = true;
-                        if initialize {
-                            self.note_version(&r);
-                        }
-                        self.shared
-                            .incoming_from(Message::Response(r), session.as_deref());
-                    }
-                    // Only this POST's request is answered on its response: another id
-                    // is a broken server's (or a proxy's mix-up), and must not complete
-                    // a request still waiting for its own answer.
-                    Ok(Message::Response(r)) => log::warn!(
-                        "mcp client: the answer to request {id} carried a response to {}; \
-                         dropped",
-                        r.id
-                    ),
-                    Ok(message) => self.shared.incoming_from(message, session.as_deref()),
-                    // A malformed answer to this request ends it (the stream may stay open
-                    // for as long as the server likes: no read timeout applies).
-                    Err(rejected) if rejected.response && rejected.id.as_ref() == Some(id) => {
-                        answered = true;
-                        self.shared
-                            .complete(id, Err(malformed_response(id, &rejected.error)));
-                    }
-                    Err(rejected) if rejected.response => log::warn!(
-                        "mcp client: the answer to request {id} carried a malformed response \
-                         to {:?}; dropped",
-                        rejected.id
-                    ),
-                    Err(rejected) => self.shared.malformed_from(rejected, session.as_deref()),
-                }
-                !answered
-            })
-            .map_err(|e| self.io_error(e))?;
-            if !answered {
-                // This exchange ended, not the connection: the next request gets a new
-                // one (a server may end a resumable stream early on purpose), so this is
-                // no `Closed`.
-                return Err(ClientError::Io(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("the server ended its event stream without answering request {id}"),
-                )));
+            let mut resume = Resume::default();
+            let answered = self
+                .answer_events(id, initialize, response, &mut resume)
+                .map_err(|e| self.io_error(e))?;
+            if answered {
+                return Ok(());
             }
-            return Ok(());
+            // Only a stream whose events had ids can be resumed, and only a session's
+            // (2026-07-28 is stateless).
+            if self.revision == Revision::V2025 && !resume.last_id.is_empty() {
+                return self.resume_answer(id, initialize, idle, session.as_deref(), resume);
+            }
+            // This exchange ended, not the connection: the next request gets a new one,
+            // so this is no `Closed`.
+            return Err(unanswered(id, ""));
         }
         let text = response.text().map_err(|e| self.io_error(e))?;
         let Ok(value) = serde_json::from_str::<Value>(&text) else {
@@ -599,6 +573,68 @@ impl Inner {
             Err(_) => Err(no_answer(text)),
         }
     }
+
+    /// Reads the event stream `response` carries (a POST's answer, or a `GET` resuming
+    /// it) until it answers request `id` (then `true`) or ends, routing the server requests
+    /// and notifications on it; `resume` keeps its last event id and `retry:` time. Only
+    /// `id` is answered there: a response to another id is dropped.
+    fn answer_events(
+        &self,
+        id: &RequestId,
+        initialize: bool,
+        response: HttpResponse,
+        resume: &mut Resume,
+    ) -> io::Result<bool> {
+        response.wait_for_events()?;
+        let session = response.session.as_deref();
+        let mut body = response.body;
+        let mut answered = false;
+        read_events_resuming(&mut body, resume, |data| {
+            match jsonrpc::parse_message(data) {
+                Ok(Message::Response(r)) if &r.id == id => {
+                    answered = true;
+                    if initialize {
+                        self.note_version(&r);
+                    }
+                    self.shared.incoming_from(Message::Response(r), session);
+                }
+                // Only this POST's request is answered on its response: another id
+                // is a broken server's (or a proxy's mix-up), and must not complete
+                // a request still waiting for its own answer.
+                Ok(Message::Response(r)) => log::warn!(
+                    "mcp client: the answer to request {id} carried a response to {}; \
+                     dropped",
+                    r.id
+                ),
+                Ok(message) => self.shared.incoming_from(message, session),
+                // A malformed answer to this request ends it (the stream may stay open
+                // for as long as the server likes: no read timeout applies).
+                Err(rejected) if rejected.response && rejected.id.as_ref() == Some(id) => {
+                    answered = true;
+                    self.shared
+                        .complete(id, Err(malformed_response(id, &rejected.error)));
+                }
+                Err(rejected) if rejected.response => log::warn!(
+                    "mcp client: the answer to request {id} carried a malformed response \
+                     to {:?}; dropped",
+                    rejected.id
+                ),
+                Err(rejected) => self.shared.malformed_from(rejected, session),
+            }
+            !answered
+        })?;
+        Ok(answered)
+    }
+}
+
+/// The error of request `id` whose event stream ended without its answer, `why` saying
+/// more (after a comma) if resuming it failed. An `Io` error, not `Closed`: the exchange
+/// ended, not the connection (the next request gets a new one).
+fn unanswered(id: &RequestId, why: &str) -> ClientError {
+    ClientError::Io(io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!("the server ended its event stream without answering request {id}{why}"),
+    ))
 }
 
 impl Transport for HttpTransport {
@@ -614,6 +650,8 @@ impl Transport for HttpTransport {
 
     fn abandon(&self, id: &RequestId) {
         self.inner.open.abandon(id);
+        // It may be waiting to resume its event stream, with no connection to shut down.
+        self.inner.stream.abandoned();
     }
 
     fn abandon_ends_exchange(&self) -> bool {

@@ -1,7 +1,8 @@
 //! The session's `GET` event stream (2025-11-25): the one reader thread that opens it,
 //! reads it and opens it again whenever it ends, with its backoff and the wake-ups that
 //! session renewal and shutdown send it. Separate from POST exchanges, which run one
-//! thread per request and never reopen anything.
+//! thread per request (and resume a POST's stream on that thread, with `GET`s of their
+//! own: see [`resume`](super::resume)); those share only [`StreamControl`]'s waits.
 
 use std::io;
 use std::net::{Shutdown, TcpStream};
@@ -44,7 +45,8 @@ const HEALTHY_STREAM: Duration = Duration::from_secs(10);
 pub(super) const MIN_REOPEN_WAIT: Duration = Duration::from_millis(10);
 
 /// What the `GET` stream's reader shares with session renewal and shutdown, which both
-/// wake it from its waits.
+/// wake it from its waits; requests waiting to resume a POST's stream wait on it too
+/// (abandoning a request wakes them).
 #[derive(Default)]
 pub(super) struct StreamControl {
     state: Mutex<StreamState>,
@@ -59,22 +61,27 @@ struct StreamState {
     /// The connection of the stream being read, for a renewal to end it: the reader then
     /// opens the new session's stream, and a session never has two.
     socket: Option<TcpStream>,
+    /// How many waits have begun, for tests to know a thread waits.
+    #[cfg(test)]
+    pauses: u64,
 }
 
-/// Why a wait of the `GET` stream's reader ended.
+/// Why a wait of the `GET` stream's reader (or of a resumption) ended.
 #[derive(Debug, PartialEq)]
-enum Wake {
+pub(super) enum Wake {
     /// The client shut down: the reader ends.
     Closed,
     /// A new session replaced the one the reader knew.
     Renewed,
     /// The wait is over.
     TimedOut,
+    /// Nobody waits for the request being resumed any more (see [`StreamControl::abandoned`]).
+    Abandoned,
 }
 
 impl StreamControl {
     /// The number of renewals so far.
-    fn renewals(&self) -> u64 {
+    pub(super) fn renewals(&self) -> u64 {
         self.state.lock().renewals
     }
 
@@ -97,18 +104,58 @@ impl StreamControl {
         self.wake.notify_all();
     }
 
+    /// Wakes whoever waits to resume a POST's event stream: a request was abandoned
+    /// (call after the request was forgotten), and its resumption may be the one to end.
+    pub(super) fn abandoned(&self) {
+        let _state = self.state.lock();
+        self.wake.notify_all();
+    }
+
+    /// Waits until `n` waits have begun (`false` if they have not by `until`): the
+    /// `n`th waiter holds the lock until it waits, so it is waiting once this returns.
+    #[cfg(test)]
+    pub(super) fn paused(&self, n: u64, until: Instant) -> bool {
+        let mut state = self.state.lock();
+        while state.pauses < n {
+            if self.wake.wait_until(&mut state, until).timed_out() {
+                return state.pauses >= n;
+            }
+        }
+        true
+    }
+
     /// Waits until `open` is closed, a renewal comes after the `seen`th, or `wait` is
     /// over (`None`: no limit).
     fn pause(&self, open: &OpenConnections, seen: u64, wait: Option<Duration>) -> Wake {
+        self.pause_while(open, seen, wait, || true)
+    }
+
+    /// [`pause`](Self::pause), which also ends once `wanted` says nobody waits any more
+    /// ([`abandoned`](Self::abandoned) wakes it to ask).
+    pub(super) fn pause_while(
+        &self,
+        open: &OpenConnections,
+        seen: u64,
+        wait: Option<Duration>,
+        wanted: impl Fn() -> bool,
+    ) -> Wake {
         // A `retry:` too long to add to the clock is waited for as having no limit.
         let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
         let mut state = self.state.lock();
+        #[cfg(test)]
+        {
+            state.pauses += 1;
+            self.wake.notify_all();
+        }
         loop {
             if open.is_closed() {
                 return Wake::Closed;
             }
             if state.renewals != seen {
                 return Wake::Renewed;
+            }
+            if !wanted() {
+                return Wake::Abandoned;
             }
             match deadline {
                 Some(at) => {
@@ -206,7 +253,7 @@ impl Inner {
                 Wake::Closed => return,
                 // The new session's stream is asked for at once.
                 Wake::Renewed => failures = 0,
-                Wake::TimedOut => {}
+                Wake::TimedOut | Wake::Abandoned => {}
             }
         }
     }

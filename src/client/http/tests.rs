@@ -1958,3 +1958,336 @@ fn subscriptions_that_keep_breaking_off_are_given_up() {
         1 + crate::client::follow::MAX_QUICK_BREAKS as usize
     );
 }
+
+/// The answer to request `id` as an SSE event with id `event`.
+fn answer_event(id: &Value, event: &str) -> String {
+    let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"resumed": true}});
+    format!("id: {event}\ndata: {answer}\n\n")
+}
+
+/// A 2025-11-25 server that answers `ping` with the event stream `first(id)` (which
+/// should end it), and the `n`th `GET` resuming it (one with `Last-Event-ID`) with
+/// `resumed(n, get, id)`, `id` the ping's. It offers no `GET` stream of its own (405),
+/// and takes the client's answers to its requests.
+fn resuming_server(
+    first: impl Fn(&Value) -> String + Send + Sync + 'static,
+    resumed: impl Fn(usize, &Seen, &Value) -> String + Send + Sync + 'static,
+) -> FakeServer {
+    let ping = Mutex::new(Value::Null);
+    let resumptions = AtomicUsize::new(0);
+    fake_server(
+        move |request| match (request.method(), request.rpc_method()) {
+            ("GET", _) if request.header("Last-Event-ID").is_some() => {
+                let n = resumptions.fetch_add(1, Ordering::SeqCst);
+                Some(resumed(n, request, &ping.lock()))
+            }
+            (_, Some("ping")) => {
+                *ping.lock() = request.body["id"].clone();
+                Some(first(&request.body["id"]))
+            }
+            ("POST", None) => Some(empty_reply("202 Accepted")),
+            _ => session_basics(request),
+        },
+    )
+}
+
+/// The next `GET` resuming a stream (one with `Last-Event-ID`) on `channel` within
+/// `window`, if any.
+fn resumption_within(channel: &Receiver<Seen>, window: Duration) -> Option<Seen> {
+    let until = Instant::now() + window;
+    loop {
+        let request = next_within(
+            channel,
+            "GET",
+            until.saturating_duration_since(Instant::now()),
+        )?;
+        if request.header("Last-Event-ID").is_some() {
+            return Some(request);
+        }
+    }
+}
+
+/// The I/O error a request failed with.
+fn io_failure(outcome: Result<Value, ClientError>) -> io::Error {
+    match outcome {
+        Err(ClientError::Io(error)) => error,
+        other => panic!("expected an I/O error: {other:?}"),
+    }
+}
+
+#[test]
+fn a_post_stream_ended_before_its_answer_is_resumed_with_a_get() {
+    // A priming event (an id, empty data), then the server ends the stream.
+    let server = resuming_server(
+        |_| format!("{EVENT_STREAM}id: p1\ndata: \n\n{END}"),
+        |_, _, id| format!("{EVENT_STREAM}{}{HOLD}", answer_event(id, "p2")),
+    );
+    let client = Client::builder()
+        .http_header("X-Tenant", "blue")
+        .connect_http(&server.url)
+        .unwrap();
+    assert_eq!(request_within(&client, "ping").unwrap()["resumed"], true);
+    let get = resumption_within(&server.seen, Duration::from_secs(5)).expect("no resumption");
+    assert_eq!(get.header("Last-Event-ID"), Some("p1"));
+    assert_eq!(get.header("Mcp-Session-Id"), Some("s1"));
+    assert_eq!(
+        get.header("MCP-Protocol-Version"),
+        Some(v2025::PROTOCOL_VERSION)
+    );
+    assert_eq!(get.header("Accept"), Some("text/event-stream"));
+    assert_eq!(get.header("X-Tenant"), Some("blue"));
+    // Once answered, the resumed stream's connection is given up.
+    let until = Instant::now() + Duration::from_secs(5);
+    while next_within(
+        &server.ended,
+        "GET",
+        until.saturating_duration_since(Instant::now()),
+    )
+    .expect("the resumed stream's connection was kept after the answer")
+    .header("Last-Event-ID")
+    .is_none()
+    {}
+}
+
+#[test]
+fn a_resumption_waits_the_servers_retry_time() {
+    let times = Arc::new(Mutex::new(Vec::new()));
+    let (posted, resumed) = (times.clone(), times.clone());
+    let server = resuming_server(
+        move |_| {
+            posted.lock().push(Instant::now());
+            format!("{EVENT_STREAM}retry: 400\nid: p1\ndata: \n\n{END}")
+        },
+        move |_, _, id| {
+            resumed.lock().push(Instant::now());
+            format!("{EVENT_STREAM}{}", answer_event(id, "p2"))
+        },
+    );
+    let client = Client::builder().connect_http(&server.url).unwrap();
+    assert_eq!(request_within(&client, "ping").unwrap()["resumed"], true);
+    let times = times.lock();
+    assert_eq!(times.len(), 2, "one POST, one resumption");
+    // The POST's stream ended after its head was written, so at least 400 ms passed
+    // between the two.
+    let gap = times[1] - times[0];
+    assert!(gap >= Duration::from_millis(400), "{gap:?}");
+}
+
+#[test]
+fn a_server_request_replayed_on_the_resumed_stream_is_handled_once() {
+    let server = resuming_server(
+        |_| format!("{EVENT_STREAM}id: p1\n{}{END}", elicitation_event("e1")),
+        // A server that replays its last event too.
+        |_, _, id| {
+            format!(
+                "{EVENT_STREAM}id: p1\n{}{}{HOLD}",
+                elicitation_event("e1"),
+                answer_event(id, "p2")
+            )
+        },
+    );
+    let (client, asked) = eliciting_client(&server);
+    assert_eq!(request_within(&client, "ping").unwrap()["resumed"], true);
+    assert_eq!(
+        asked.recv_timeout(Duration::from_secs(5)).as_deref(),
+        Ok("e1")
+    );
+    assert!(
+        asked.recv_timeout(Duration::from_millis(300)).is_err(),
+        "the replayed request was handled again"
+    );
+}
+
+#[test]
+fn a_resumption_the_server_refuses_fails_the_request_at_once() {
+    let server = resuming_server(
+        |_| format!("{EVENT_STREAM}id: p1\ndata: \n\n{END}"),
+        |_, _, _| empty_reply("405 Method Not Allowed"),
+    );
+    let client = Client::builder().connect_http(&server.url).unwrap();
+    let error = io_failure(request_within(&client, "ping"));
+    let what = error.to_string();
+    assert!(
+        what.contains("HTTP 405") && what.contains("refused"),
+        "{what}"
+    );
+    resumption_within(&server.seen, Duration::from_secs(5)).expect("no resumption");
+    assert!(
+        resumption_within(&server.seen, Duration::from_millis(300)).is_none(),
+        "asked again after a 405"
+    );
+}
+
+#[test]
+fn a_stream_without_event_ids_is_not_resumed() {
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                      "params": {"level": "info", "data": "working"}});
+    let server = resuming_server(
+        move |_| format!("{EVENT_STREAM}data: {note}\n\n{END}"),
+        |_, _, id| format!("{EVENT_STREAM}{}", answer_event(id, "p2")),
+    );
+    let client = Client::builder().connect_http(&server.url).unwrap();
+    let error = io_failure(request_within(&client, "ping"));
+    assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof, "{error}");
+    let what = error.to_string();
+    assert!(
+        what.contains("without answering request") && !what.contains(", and"),
+        "{what}"
+    );
+    assert!(resumption_within(&server.seen, Duration::from_millis(300)).is_none());
+}
+
+#[test]
+fn resumptions_that_bring_nothing_new_are_given_up() {
+    let count = Arc::new(AtomicUsize::new(0));
+    let counted = count.clone();
+    let server = resuming_server(
+        |_| format!("{EVENT_STREAM}id: p1\ndata: \n\n{END}"),
+        move |n, _, _| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            match n {
+                // Passing trouble, a stream with nothing in it, the last event again.
+                0 => empty_reply("503 Service Unavailable"),
+                1 => format!("{EVENT_STREAM}: nothing\n\n{END}"),
+                _ => format!("{EVENT_STREAM}id: p1\ndata: \n\n{END}"),
+            }
+        },
+    );
+    let client = Client::builder().connect_http(&server.url).unwrap();
+    let what = io_failure(request_within(&client, "ping")).to_string();
+    assert!(what.contains("brought no new event"), "{what}");
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        resume::MAX_FRUITLESS_RESUMPTIONS as usize
+    );
+    let _ = server.seen.try_iter().count();
+    assert!(resumption_within(&server.seen, Duration::from_millis(300)).is_none());
+}
+
+#[test]
+fn resumptions_that_bring_new_events_go_on_until_the_answer() {
+    let server = resuming_server(
+        |_| format!("{EVENT_STREAM}retry: 0\nid: p0\ndata: \n\n{END}"),
+        |n, get, id| {
+            // Each from the id the previous one ended on.
+            assert_eq!(get.header("Last-Event-ID"), Some(format!("p{n}").as_str()));
+            match n {
+                0..=4 => format!("{EVENT_STREAM}id: p{}\ndata: \n\n{END}", n + 1),
+                _ => format!("{EVENT_STREAM}{}", answer_event(id, "last")),
+            }
+        },
+    );
+    let client = Client::builder().connect_http(&server.url).unwrap();
+    assert_eq!(request_within(&client, "ping").unwrap()["resumed"], true);
+}
+
+#[test]
+fn a_resumption_that_meets_a_forgotten_session_fails_and_renews_nothing() {
+    let server = resuming_server(
+        |_| format!("{EVENT_STREAM}id: p1\ndata: \n\n{END}"),
+        |_, _, _| empty_reply("404 Not Found"),
+    );
+    let client = Client::builder().connect_http(&server.url).unwrap();
+    let what = io_failure(request_within(&client, "ping")).to_string();
+    assert!(what.contains("no longer knows its session s1"), "{what}");
+    drop(client);
+    let seen: Vec<Seen> = server.seen.try_iter().collect();
+    let count = |method| {
+        seen.iter()
+            .filter(|r| r.rpc_method() == Some(method))
+            .count()
+    };
+    assert_eq!(count("initialize"), 1, "renewed: {seen:?}");
+    assert_eq!(count("ping"), 1, "sent again: {seen:?}");
+}
+
+#[test]
+fn a_resumed_stream_nobody_waits_for_is_ended() {
+    let server = resuming_server(
+        |_| format!("{EVENT_STREAM}id: p1\ndata: \n\n{END}"),
+        |_, _, _| format!("{EVENT_STREAM}: working\n\n{HOLD}"),
+    );
+    let client = Client::builder()
+        .request_timeout(Duration::from_millis(500))
+        .connect_http(&server.url)
+        .unwrap();
+    let error = request_within(&client, "ping").unwrap_err();
+    assert!(matches!(error, ClientError::Timeout { .. }), "{error}");
+    let until = Instant::now() + Duration::from_secs(5);
+    while next_within(
+        &server.ended,
+        "GET",
+        until.saturating_duration_since(Instant::now()),
+    )
+    .expect("the resumed stream was kept after its request timed out")
+    .header("Last-Event-ID")
+    .is_none()
+    {}
+}
+
+/// A request whose POST stream ended asking for a long wait (capped at
+/// [`MAX_REOPEN_WAIT`]) before it is resumed, once it waits: `end` is then called, and
+/// the request's thread must be gone within a second.
+fn waiting_to_resume(end: impl FnOnce(&HttpTransport, &Shared, &RequestId)) {
+    let server = resuming_server(
+        |_| format!("{EVENT_STREAM}retry: 60000\nid: p1\ndata: \n\n{END}"),
+        |_, _, id| format!("{EVENT_STREAM}{}", answer_event(id, "p2")),
+    );
+    let (transport, shared, jobs) = transport(&server, Revision::V2025, IDLE_TIMEOUT);
+    let (id, pending) = shared.register().unwrap();
+    let message = json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+    transport.send_request(&id, message).unwrap();
+    let waits = Instant::now() + Duration::from_secs(5);
+    assert!(
+        transport.inner.stream.paused(1, waits),
+        "it never waits to resume"
+    );
+    end(&transport, &shared, &id);
+    drop((pending, transport, shared));
+    // `jobs` disconnects once the request's thread let go of the transport.
+    let until = Instant::now() + Duration::from_secs(1);
+    loop {
+        match jobs.recv_deadline(until) {
+            Ok(_) => continue,
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                panic!("the request's thread still waits to resume")
+            }
+        }
+    }
+    assert!(resumption_within(&server.seen, Duration::from_millis(100)).is_none());
+}
+
+#[test]
+fn abandoning_a_request_ends_its_wait_to_resume() {
+    waiting_to_resume(|transport, shared, id| {
+        shared.forget(id);
+        transport.abandon(id);
+    });
+}
+
+#[test]
+fn shutdown_ends_a_wait_to_resume() {
+    waiting_to_resume(|transport, _, _| transport.shutdown());
+}
+
+#[test]
+fn a_sep2663_stream_is_not_resumed() {
+    let server = fake_server(|request| {
+        let id = &request.body["id"];
+        match request.rpc_method() {
+            Some("ping") => Some(format!("{EVENT_STREAM}id: p1\ndata: \n\n{END}")),
+            _ => {
+                let answer = json!({"jsonrpc": "2.0", "id": id, "result": discovered()});
+                Some(json_reply("200 OK", &answer, ""))
+            }
+        }
+    });
+    let client = Client::builder()
+        .revision(Revision::Sep2663)
+        .connect_http(&server.url)
+        .unwrap();
+    let what = io_failure(request_within(&client, "ping")).to_string();
+    assert!(!what.contains(", and"), "{what}");
+    assert!(next_within(&server.seen, "GET", Duration::from_millis(300)).is_none());
+}
