@@ -301,7 +301,12 @@ impl ClientBuilder {
     /// the handshake. On 2025-11-25 the session's `GET` event stream is opened for the
     /// server's requests (and opened again, after a short wait, whenever the server or a
     /// proxy ends it, unless the server offers no stream), and the session is deleted when
-    /// the client is dropped.
+    /// the client is dropped. A request whose `POST` the server answers with an event
+    /// stream that it ends before the answer, having given its events ids (SEP-1699), is
+    /// resumed there with a `GET` carrying `Last-Event-ID`, after the server's `retry:`
+    /// time (at most 5 s); the request fails with [`ClientError::Io`] if the server refuses
+    /// that `GET` (405, 404 for a forgotten session, another 4xx) or three resumptions in
+    /// a row bring no new event.
     #[cfg(feature = "http")]
     pub fn connect_http(self, url: &str) -> Result<Client, ClientError> {
         let (shared, jobs) = Shared::new();

@@ -20,8 +20,9 @@ use crate::protocol::RpcError;
 pub enum ClientError {
     /// Reading from or writing to the server failed (spawning it, a refused TCP
     /// connection, a broken pipe that was not yet seen as a close), or one HTTP exchange
-    /// ended without its answer (an event stream the server closed early) while the
-    /// client's connection goes on.
+    /// ended without its answer (an event stream the server closed early, with no event
+    /// ids to resume it from, or whose resumption failed) while the client's connection
+    /// goes on.
     Io(std::io::Error),
     /// The server closed the connection or died: its output ended, so every request still
     /// waiting for an answer fails with this, and so does every later request. Over HTTP,
