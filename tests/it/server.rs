@@ -1818,12 +1818,14 @@ fn status_notifications_are_sent_only_for_2025_tasks() {
 #[test]
 fn a_tool_that_asks_the_client_after_the_connection_closed_gets_an_error_at_once() {
     let (go_tx, go) = crossbeam_channel::bounded::<()>(1);
+    let (started_tx, started) = crossbeam_channel::bounded::<()>(1);
     let late_asker = Tool::new(
         "late_ask",
         "Asks the client once told to",
         json!({"type": "object"}),
         TaskSupport::Forbidden,
         move |_, ctx| {
+            started_tx.send(()).unwrap();
             go.recv().unwrap();
             ctx.elicit(json!({"message": "still there?", "requestedSchema": {"type": "object"}}))
         },
@@ -1850,6 +1852,8 @@ fn a_tool_that_asks_the_client_after_the_connection_closed_gets_an_error_at_once
         );
     }
     assert_eq!(answers.recv_timeout(WAIT).unwrap()["id"], 1);
+    // Running (a run the close finds still queued never starts: not this test's case).
+    started.recv_timeout(WAIT).unwrap();
     connection.close();
     go_tx.send(()).unwrap();
     let answer = answers
