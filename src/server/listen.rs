@@ -183,7 +183,7 @@ impl Sink {
 }
 
 /// A subscription's handle, to end it (see [`Subscriptions::close`]).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub(crate) struct ListenKey(u64);
 
 /// How a subscription ends.
@@ -221,7 +221,12 @@ impl Listen {
     /// Sends `task`'s state unless the client has seen it, and stops following it once it
     /// ended (or is gone). Called with the listen's state locked, so the states one
     /// subscription sends are in the order the store took them.
-    fn report(&self, state: &mut ListenState, id: TaskId, detail: Result<TaskDetail, StoreError>) {
+    fn report(
+        &self,
+        state: &mut ListenState,
+        id: TaskId,
+        detail: Result<&TaskDetail, &StoreError>,
+    ) {
         let Some(&last) = state.followed.get(&id) else {
             return;
         };
@@ -234,7 +239,7 @@ impl Listen {
                 return;
             }
         };
-        let task = sep2663::detailed_task(&detail);
+        let task = sep2663::detailed_task(detail);
         let print = fingerprint(&task);
         if print != last {
             state.followed.insert(id, print);
@@ -492,8 +497,8 @@ impl Subscriptions {
         );
         if listen.send(&mut state, ack) {
             state.acknowledged = true;
-            for (task, detail) in details {
-                listen.report(&mut state, task, detail);
+            for (task, detail) in &details {
+                listen.report(&mut state, *task, detail.as_ref());
             }
         }
         let ended = listen.end_if_done(&mut state);
@@ -576,9 +581,11 @@ impl Subscriptions {
         }
     }
 
-    /// Sends `task`'s state to each subscription following it.
+    /// Sends `task`'s state to each subscription following it, looked up once for all of
+    /// them: after lost events every followed task is refreshed, and a lookup per
+    /// subscription would cost up to [`MAX_LISTENS`] times as many.
     fn refresh(&self, store: &dyn TaskStore, session: Option<&SessionId>, task: TaskId) {
-        let listens: Vec<(ListenKey, Arc<Listen>)> = {
+        let mut listens: Vec<(ListenKey, Arc<Listen>)> = {
             let registry = self.registry.lock();
             let Some(keys) = registry.by_task.get(&task) else {
                 return;
@@ -587,19 +594,28 @@ impl Subscriptions {
                 .filter_map(|key| Some((*key, registry.by_key.get(key)?.clone())))
                 .collect()
         };
-        for (key, listen) in listens {
-            let (ended, followed) = {
-                let mut state = listen.state.lock();
-                if !state.acknowledged {
-                    // Its opening sends the current state once acknowledged.
-                    continue;
-                }
-                // Looked up with the state locked: two reports of one subscription cannot
-                // cross, so a client never sees a task go back to an older state.
-                listen.report(&mut state, task, store.get_detail(task, session));
-                let followed = state.followed.contains_key(&task);
-                (listen.end_if_done(&mut state), followed)
-            };
+        // Looked up with every one of their states locked: no other report to any of them
+        // (a subscription opening, another event's) can come between the lookup and this
+        // one, so a client never sees a task go back to an older state. Locked in key
+        // order, as every thread that locks several does, and never with the registry.
+        listens.sort_unstable_by_key(|(key, _)| *key);
+        let mut states: Vec<_> = listens.iter().map(|(_, l)| l.state.lock()).collect();
+        // One not yet acknowledged sends the current state with its acknowledgement.
+        if !states.iter().any(|state| state.acknowledged) {
+            return;
+        }
+        let detail = store.get_detail(task, session);
+        let mut outcomes = Vec::with_capacity(listens.len());
+        for ((key, listen), state) in listens.iter().zip(states.iter_mut()) {
+            if !state.acknowledged {
+                continue;
+            }
+            listen.report(state, task, detail.as_ref());
+            let followed = state.followed.contains_key(&task);
+            outcomes.push((*key, listen.end_if_done(state), followed));
+        }
+        drop(states);
+        for (key, ended, followed) in outcomes {
             if ended {
                 self.remove(key);
             } else if !followed {

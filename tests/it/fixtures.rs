@@ -2,6 +2,7 @@
 //! spec's reading of a JSON-RPC message (what it should get), and a server to serve over HTTP.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -196,15 +197,21 @@ pub fn kind(text: &str) -> Kind {
 /// A store that implements only what the trait requires, by passing every call to a
 /// handle: it has the trait's defaults. With `cancel_on_token`, taking a task's cancel
 /// token cancels the task first, as a `tasks/cancel` racing the task's creation would.
-pub struct OnlyRequired(StoreHandle, bool);
+/// It counts its `get_detail` calls ([`detail_lookups`](Self::detail_lookups)).
+pub struct OnlyRequired(StoreHandle, bool, Arc<AtomicUsize>);
 
 impl OnlyRequired {
     pub fn new(handle: StoreHandle) -> OnlyRequired {
-        OnlyRequired(handle, false)
+        OnlyRequired(handle, false, Arc::default())
     }
 
     pub fn cancel_on_token(handle: StoreHandle) -> OnlyRequired {
-        OnlyRequired(handle, true)
+        OnlyRequired(handle, true, Arc::default())
+    }
+
+    /// How many times `get_detail` was called, so far and from now on.
+    pub fn detail_lookups(&self) -> Arc<AtomicUsize> {
+        self.2.clone()
     }
 }
 
@@ -216,6 +223,7 @@ impl TaskStore for OnlyRequired {
         self.0.get(id, session)
     }
     fn get_detail(&self, id: TaskId, s: Option<&SessionId>) -> Result<TaskDetail, StoreError> {
+        self.2.fetch_add(1, Ordering::SeqCst);
         self.0.get_detail(id, s)
     }
     fn update_status(

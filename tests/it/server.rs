@@ -2642,6 +2642,39 @@ fn lost_events_are_made_up_for_on_a_subscription_too() {
     assert_eq!(sent[1]["id"], "L");
 }
 
+/// After lost events each followed task is looked up once, however many subscriptions
+/// follow it: a lookup per subscription would let one client (up to `MAX_LISTENS` of them,
+/// each on the same `MAX_LISTEN_TASKS` tasks) turn every lag into a million lookups on
+/// the thread that routes everyone's events.
+#[test]
+fn lost_events_cost_one_lookup_per_followed_task() {
+    let owned = Store::builder().build().unwrap();
+    let store = Arc::new(OnlyRequired::new(owned.handle()));
+    let lookups = store.detail_lookups();
+    let h = &mut Harness::build(Some(store), 100, 4, None);
+    h._store = Some(owned);
+    let ids: Vec<String> = (0..3)
+        .map(|_| h.task_2026_id("sleep_required", json!({"ms": 600_000})))
+        .collect();
+    for n in 0..8 {
+        h.listen(&format!("L{n}"), json!({ "taskIds": ids }));
+    }
+    h.sent();
+    h.task_2026("tasks/cancel", json!({"taskId": ids[0]}));
+    let before = lookups.load(std::sync::atomic::Ordering::SeqCst);
+    h.connection
+        .handle_store_event(&mcp_task_store::StoreEvent::Lagged { missed: 1 });
+    let after = lookups.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(after - before, ids.len(), "lookups for one lag");
+    // Every subscription still hears of the change.
+    let sent = h.sent();
+    let cancelled = sent
+        .iter()
+        .filter(|m| m["params"]["status"] == "cancelled" && m["params"]["taskId"] == ids[0])
+        .count();
+    assert_eq!(cancelled, 8, "{sent:#?}");
+}
+
 #[test]
 fn closing_the_connection_ends_its_subscriptions_without_a_word() {
     let mut h = Harness::new();
