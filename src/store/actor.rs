@@ -303,7 +303,11 @@ impl StoreActor {
             if let Err(e) = self.commit() {
                 // Nothing of this batch may be acknowledged: stop, and every caller waiting
                 // on it gets `Closed` instead of a reply the disk does not back.
-                log::error!("the task store's journal failed, the store stops: {e}");
+                log::error!(
+                    "the task store's journal failed ({e}): the store stops, and callers hear \
+                     Closed; once the disk is fixed, start it again (recovery drops the batch \
+                     that failed)"
+                );
                 return;
             }
             if stop {

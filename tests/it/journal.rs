@@ -1537,3 +1537,53 @@ fn a_cancel_whose_write_fails_fires_no_cancel_token() {
     store.cancel(tasks[0].task_id, None, None).unwrap();
     assert!(token.is_cancelled());
 }
+
+/// In a child process (see `a_write_that_fails_at_start_names_the_log`): a store opened on
+/// a directory holding a running task, whose log cannot grow (`RLIMIT_FSIZE` at its size),
+/// so failing the task at start cannot be written. Prints the error.
+#[cfg(target_os = "linux")]
+#[test]
+fn start_write_failure_child() {
+    let Ok(dir) = std::env::var("MCP_JOURNAL_START_FAILURE_DIR") else {
+        return;
+    };
+    let dir = Path::new(&dir);
+    let size = fs::metadata(log_file(dir)).unwrap().len();
+    // SAFETY: plain system calls on this (single-test) process.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+        let limit = libc::rlimit {
+            rlim_cur: size,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0);
+    }
+    let opened = Store::builder()
+        .journal(journal(dir, RecoveryPolicy::FailRunning))
+        .build();
+    println!("opened: {:?}", opened.map(|_| ()));
+}
+
+/// A write that fails says which file it could not write: "File too large" alone leaves
+/// the operator to guess which disk is full.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_write_that_fails_at_start_names_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    open(dir.path()).create(CreateTask::new()).unwrap();
+    let log = log_file(dir.path());
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "journal::start_write_failure_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("MCP_JOURNAL_START_FAILURE_DIR", dir.path())
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(out.contains("opened: Err(Journal("), "{out}");
+    assert!(out.contains(&log.display().to_string()), "{out}");
+}

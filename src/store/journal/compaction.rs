@@ -129,7 +129,7 @@ impl Journal {
                 true => self.log.get_ref().sync_all(),
                 false => Ok(()),
             })
-            .map_err(CompactError::Broken)?;
+            .map_err(|e| CompactError::Broken(self.log_error()(e)))?;
         let dir = self.config.dir.clone();
         let Some(next) = self.generation.checked_add(1) else {
             return Err(self.abandon(io::Error::other("no generation number is left")));

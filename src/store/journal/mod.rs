@@ -965,8 +965,19 @@ impl Journal {
         Ok(())
     }
 
-    /// Writes the batch as one frame and makes it as durable as the configuration asks.
+    /// Writes the batch as one frame and makes it as durable as the configuration asks. An
+    /// error names the log, so that whoever reads it knows which disk to look at.
     pub(crate) fn commit(&mut self) -> io::Result<()> {
+        self.write_batch().map_err(self.log_error())
+    }
+
+    /// Prefixes an error writing the current log with its path.
+    fn log_error(&self) -> impl FnOnce(io::Error) -> io::Error {
+        let path = log_path(&self.config.dir, self.generation);
+        move |e| at(&path)(e)
+    }
+
+    fn write_batch(&mut self) -> io::Result<()> {
         if !self.batch.is_empty() {
             self.batch.push(b']');
             let written = frame::write_frame(&mut self.log, &self.batch);
@@ -991,7 +1002,8 @@ impl Journal {
     fn write_alone(&mut self, record: &Record) -> io::Result<()> {
         debug_assert!(self.batch.is_empty(), "a header goes before any batch");
         let payload = serde_json::to_vec(record)?;
-        self.log_bytes += frame::write_frame(&mut self.log, &payload)? as u64;
+        let written = frame::write_frame(&mut self.log, &payload).map_err(self.log_error())?;
+        self.log_bytes += written as u64;
         Ok(())
     }
 
