@@ -1587,3 +1587,50 @@ fn a_write_that_fails_at_start_names_the_log() {
     assert!(out.contains("opened: Err(Journal("), "{out}");
     assert!(out.contains(&log.display().to_string()), "{out}");
 }
+
+/// A chain whose earlier log ends torn is damage under `Fsync`, but what a power loss
+/// leaves under `Flush` or `None`: the error says to open the directory once with the
+/// durability it was written with (which keeps the newer log), not only to salvage (which
+/// sets the newer log aside, and every change acknowledged in it).
+#[test]
+fn a_torn_earlier_log_under_fsync_points_to_the_durability_that_keeps_the_newer_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let TornChain {
+        ids, later, end, ..
+    } = torn_chain(dir.path());
+    let message = damage_at(dir.path(), end);
+    assert!(message.contains("open it once with"), "{message}");
+    assert!(message.contains("newer logs"), "{message}");
+    let mut config = journal(dir.path(), RecoveryPolicy::Keep);
+    config.durability = mcp_task_store::Durability::Flush;
+    let store = Store::builder().journal(config).build().unwrap();
+    assert_eq!(ids_in(&store), [ids[0], ids[1], later]);
+}
+
+/// Salvage does not apply to a snapshot: the error says so, and what is left to do.
+#[test]
+fn a_damaged_snapshot_says_that_salvage_cannot_help() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, snapshot, _) = compacted(dir.path(), 3);
+    let bytes = fs::read(&snapshot).unwrap();
+    fs::write(&snapshot, &bytes[..bytes.len() - 3]).unwrap();
+    let mut config = journal(dir.path(), RecoveryPolicy::Keep);
+    config.salvage = true;
+    match Store::builder().journal(config).build() {
+        Err(StoreError::Journal(message)) => {
+            assert!(message.contains("salvage does not apply"), "{message}");
+            assert!(message.contains("backup"), "{message}");
+        }
+        other => panic!("expected a journal error, got {other:?}"),
+    }
+}
+
+/// A log whose snapshot is missing cannot be replayed: the error says to put it back.
+#[test]
+fn a_missing_snapshot_says_to_put_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, snapshot, _) = compacted(dir.path(), 3);
+    fs::remove_file(&snapshot).unwrap();
+    let message = refused(dir.path());
+    assert!(message.contains("put it back"), "{message}");
+}

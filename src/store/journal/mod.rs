@@ -417,9 +417,13 @@ fn replay(
         Ok((_, frame::Ending::TornTail { offset })) if kind == FileKind::EarlierLog => {
             Err(frame::Damaged {
                 offset,
-                reason: "a log is complete before a newer one begins, so a broken record at \
-                         the end of one with a newer log after it is not a torn write (under \
-                         Flush or None durability, a power loss can leave one)"
+                reason: "under Fsync durability a log is complete before a newer one \
+                         begins, so a broken record at the end of one with a newer log after \
+                         it is not a torn write; a power loss under Flush or None leaves one, \
+                         so if the directory was last written under either, open it once with \
+                         that durability (Durability::Flush, mcp-task-server --durability \
+                         flush): the cut batch is dropped and the newer logs kept. Salvage \
+                         sets the newer logs aside too"
                     .into(),
             })
         }
@@ -456,15 +460,15 @@ fn replay(
                 ),
             ))
         }
-        Err(damage) => return Err(damaged(path, damage.offset, damage.reason)),
+        Err(damage) => return Err(in_snapshot(damaged(path, damage.offset, damage.reason))),
     };
     if let (FileKind::Snapshot, frame::Ending::TornTail { offset }) = (kind, &ending) {
-        return Err(damaged(
+        return Err(in_snapshot(damaged(
             path,
             *offset,
             "a snapshot is synced before it is renamed into place, so a broken record in it \
              is not a torn write",
-        ));
+        )));
     }
     let mut offset = 0u64;
     let mut tally = Tally::default();
@@ -489,7 +493,7 @@ fn replay(
         }
     }
     if kind == FileKind::Snapshot {
-        check_whole(path, &tally, offset, recovered)?;
+        check_whole(path, &tally, offset, recovered).map_err(in_snapshot)?;
     }
     if let frame::Ending::TornTail { offset } = ending {
         if salvaged {
@@ -516,6 +520,17 @@ fn replay(
         return Ok((Replayed::Whole(offset), tally.version));
     }
     Ok((Replayed::Whole(bytes.len() as u64), tally.version))
+}
+
+/// Ends a damaged snapshot's error with what is (not) left to do.
+fn in_snapshot(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Journal(why) => StoreError::Journal(format!(
+            "{why}; salvage does not apply to a snapshot (its tasks are in no other file, \
+             and its logs hold only later changes): restore the directory from a backup"
+        )),
+        other => other,
+    }
 }
 
 /// Checks that a snapshot of `len` bytes holds everything its header promises: a snapshot
@@ -620,7 +635,8 @@ fn chain(dir: &Path, base: u64, logs: &[u64]) -> Result<Vec<u64>, StoreError> {
             };
             return Err(StoreError::Journal(format!(
                 "{} needs {}, which is missing: recovering an older generation instead would \
-                 lose every change in the log; refusing to start",
+                 lose every change in the log; refusing to start (put it back, from a backup, \
+                 and start again)",
                 log_path(dir, g).display(),
                 missing.display(),
             )));
