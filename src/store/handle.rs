@@ -582,7 +582,9 @@ impl StoreHandle {
     }
 
     /// A channel of status events. A subscriber that falls behind loses events (it then
-    /// receives [`StoreEvent::Lagged`]); it never slows the store down.
+    /// receives [`StoreEvent::Lagged`] once it has room, before any later event, within
+    /// about 10 ms even if the store has nothing else to do); it never slows the store
+    /// down.
     pub fn subscribe(&self) -> Result<Receiver<StoreEvent>, StoreError> {
         let (events, receiver) = crossbeam_channel::bounded(self.event_buffer);
         self.call(|reply| Command::Subscribe { events, reply })?;
