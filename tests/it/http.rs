@@ -1675,6 +1675,48 @@ fn event_streams_of_every_kind_leave_half_the_connections_to_requests() {
     }
 }
 
+/// A stream whose client closed its connection gives its place back within a second or so,
+/// not when a keep-alive write fails (up to 30 s later): clients that reconnect often
+/// (closing a page, a proxy's idle limit) must not keep others from streaming meanwhile.
+#[test]
+fn a_stream_its_client_closed_gives_its_place_back_soon() {
+    let http = demo_http_server(HttpOptions {
+        max_connections: 6,
+        ..options()
+    })
+    .0;
+    let addr = http.local_addr();
+    let task = start_long_2026_task(addr);
+    let session = initialize(addr);
+    // The three places taken: two subscriptions and a session's stream.
+    let mut listens: Vec<_> = (0..2)
+        .map(|n| open_listen(addr, &format!("L{n}"), json!([task])))
+        .collect();
+    for listen in &mut listens {
+        next_event(listen);
+    }
+    let (status, stream) = open_get_stream(addr, &session);
+    assert_eq!(status, 200);
+    assert!(
+        try_listen(addr, "L9", json!([task])).is_err(),
+        "no place left"
+    );
+    // Their clients go away without a word.
+    drop((listens, stream));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut reopened = Vec::new();
+    for n in 3..=5 {
+        loop {
+            if let Ok(mut events) = try_listen(addr, &format!("L{n}"), json!([task])) {
+                next_event(&mut events);
+                reopened.push(events);
+                break;
+            }
+            assert!(Instant::now() < deadline, "place {n} was never given back");
+        }
+    }
+}
+
 /// Each task subscription holds one of the server's connections for as long as it runs:
 /// at most half of `max_connections` may, so that however many clients subscribe, other
 /// requests (a poll, a call) still find a connection. One beyond is refused with a JSON

@@ -6,6 +6,7 @@
 //! An event stream is the exception: its own thread writes it, once every answer before it
 //! is written and while the writer has nothing else to write on that connection.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -458,6 +459,7 @@ impl Responder {
             chunked,
             close: self.how.close || !chunked,
             write_timeout: self.how.write_timeout,
+            wrote: Cell::new(Instant::now()),
         };
         stream
             .write(&wire::stream_head(&fields, chunked))
@@ -485,7 +487,13 @@ pub(super) struct EventStream {
     chunked: bool,
     close: bool,
     write_timeout: Duration,
+    /// When it last wrote (see [`idle_tick`](Self::idle_tick)).
+    wrote: Cell<Instant>,
 }
+
+/// How often an idle event stream looks whether its client is still there (see
+/// [`EventStream::idle_tick`]).
+pub(super) const CLIENT_CHECK: Duration = Duration::from_secs(1);
 
 impl EventStream {
     fn write(&self, bytes: &[u8]) -> io::Result<()> {
@@ -495,7 +503,44 @@ impl EventStream {
             let _ = self.socket.shutdown(Shutdown::Both);
             self.outbox.cut();
         }
+        self.wrote.set(Instant::now());
         written
+    }
+
+    /// What a stream does when nothing came for it for [`CLIENT_CHECK`]: `Err` if its
+    /// client is gone (it closed the connection, or reset it), else a comment if it wrote
+    /// nothing for `keep_alive` (proxies do not time it out, and a client that vanished
+    /// without a word is found when the write fails). Without the first look a closed
+    /// stream would hold its connection, its threads and its place among the streams
+    /// until a write failed, up to two keep-alives later.
+    pub(super) fn idle_tick(&self, keep_alive: Duration) -> io::Result<()> {
+        if self.client_left() {
+            let _ = self.socket.shutdown(Shutdown::Both);
+            self.outbox.cut();
+            return Err(io::ErrorKind::ConnectionAborted.into());
+        }
+        if self.wrote.get().elapsed() >= keep_alive {
+            self.send(b": keep-alive\n\n")?;
+        }
+        Ok(())
+    }
+
+    /// Whether the client closed its side of the connection (or reset it), looked at
+    /// without taking a byte: a request it pipelined stays unread. Nobody else reads the
+    /// socket while its stream lasts (the reader is the one running it), and every read
+    /// sets its own timeout.
+    fn client_left(&self) -> bool {
+        if (self.socket.set_read_timeout(Some(Duration::from_millis(1)))).is_err() {
+            return true;
+        }
+        match self.socket.peek(&mut [0u8; 1]) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+            ),
+        }
     }
 
     /// Sends `data` at once (as one chunk, unless HTTP/1.0).

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::auth::Identity;
-use super::outbox::{EventStream, Responder};
+use super::outbox::{EventStream, Responder, CLIENT_CHECK};
 use super::replay::Replay;
 use super::wire::Head;
 use super::{dispatch, respond, too_many_streams, Answer, Closer, State, KEEP_ALIVE};
@@ -536,8 +536,9 @@ fn stream_events(
             recv(state.stopping.closed()) -> _ => break,
             recv(this_stream.closed()) -> _ => break,
             recv(session.handover.1) -> _ => {}
-            // A comment keeps proxies from timing the stream out and finds dead clients.
-            default(KEEP_ALIVE) => stream.send(b": keep-alive\n\n")?,
+            // A client gone is noticed, and a comment keeps proxies from timing the
+            // stream out.
+            default(CLIENT_CHECK) => stream.idle_tick(KEEP_ALIVE)?,
         }
         // What this stream just recorded, and anything a stream it replaced recorded as
         // it ended. A stream replaced meanwhile leaves it to its successor, and wakes it

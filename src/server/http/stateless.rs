@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crossbeam_channel::select;
 use serde_json::Value;
 
-use super::outbox::Responder;
+use super::outbox::{Responder, CLIENT_CHECK};
 use super::wire::Head;
 use super::{dispatch, respond, too_many_streams, Answer, State, KEEP_ALIVE};
 use crate::protocol::jsonrpc::{self, Message, RpcError};
@@ -135,7 +135,7 @@ fn listen(
                 Err(_) => return,
             },
             recv(state.stopping.closed()) -> _ => break Ending::Graceful,
-            default(KEEP_ALIVE) => if stream.send(b": keep-alive\n\n").is_err() {
+            default(CLIENT_CHECK) => if stream.idle_tick(KEEP_ALIVE).is_err() {
                 break Ending::Silent;
             },
         }
