@@ -158,6 +158,15 @@ fn json_reply(status: &str, body: &Value, extra: &str) -> String {
     )
 }
 
+/// A 200 answering request `id` with `result`.
+fn result_reply(id: &Value, result: Value) -> String {
+    json_reply(
+        "200 OK",
+        &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        "",
+    )
+}
+
 fn empty_reply(status: &str) -> String {
     format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n")
 }
@@ -1558,11 +1567,7 @@ fn no_message_content_reaches_the_request_head_raw() {
             Some("server/discover") => discovered(),
             _ => json!({"content": [{"type": "text", "text": "done"}]}),
         };
-        Some(json_reply(
-            "200 OK",
-            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
-            "",
-        ))
+        Some(result_reply(id, result))
     });
     let client = Client::builder()
         .revision(Revision::Sep2663)
@@ -1683,11 +1688,7 @@ fn hourly_server(listen: Option<String>) -> FakeServer {
                 "result": {"content": []}}),
             _ => json!({}),
         };
-        Some(json_reply(
-            "200 OK",
-            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
-            "",
-        ))
+        Some(result_reply(id, result))
     })
 }
 
@@ -1757,11 +1758,7 @@ fn at_most_so_many_task_subscriptions_hold_a_connection_at_once() {
             Some("tasks/get") => json!({"taskId": "t1", "status": "working"}),
             _ => json!({}),
         };
-        Some(json_reply(
-            "200 OK",
-            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
-            "",
-        ))
+        Some(result_reply(id, result))
     });
     let client = Client::builder()
         .revision(Revision::Sep2663)
@@ -1894,11 +1891,7 @@ fn a_subscription_that_breaks_off_is_opened_again() {
             Some("tasks/get") => json!({"taskId": "t1", "status": "working"}),
             _ => json!({}),
         };
-        Some(json_reply(
-            "200 OK",
-            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
-            "",
-        ))
+        Some(result_reply(id, result))
     });
     let client = Client::builder()
         .revision(Revision::Sep2663)
@@ -1938,11 +1931,7 @@ fn subscriptions_that_keep_breaking_off_are_given_up() {
             Some("tasks/get") => json!({"taskId": "t1", "status": "working"}),
             _ => json!({}),
         };
-        Some(json_reply(
-            "200 OK",
-            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
-            "",
-        ))
+        Some(result_reply(id, result))
     });
     let client = Client::builder()
         .revision(Revision::Sep2663)
