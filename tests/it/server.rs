@@ -1214,6 +1214,18 @@ fn a_tool_waiting_for_the_client_is_freed_when_its_task_ends_even_if_the_event_i
     assert_eq!(echoed["content"][0]["text"], "hi", "{echoed}");
 }
 
+/// Checks that [`counted_tool`] never ran, once the runs queued so far are done: one
+/// worker runs jobs in order, so once a plain call queued behind them has run, so has
+/// whatever they were going to do.
+fn assert_no_counted_run_after_the_queue(h: &mut Harness) {
+    let echoed = h.result(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "after"}}),
+    );
+    assert_eq!(echoed["content"][0]["text"], "after", "{echoed}");
+    assert_eq!(COUNTED_RUNS.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
 /// A task cancelled while its run waits for a worker never runs its tool: a tool with
 /// side effects must not act for a task its client already gave up.
 #[test]
@@ -1225,14 +1237,7 @@ fn a_task_cancelled_before_a_worker_takes_it_never_runs_its_tool() {
     let queued = h.start("counted", json!({}));
     h.result("tasks/cancel", json!({"taskId": queued}));
     h.result("tasks/cancel", json!({"taskId": busy}));
-    // One worker runs jobs in order: once a plain call behind the queued run has run,
-    // so has whatever the queued run was going to do.
-    let echoed = h.result(
-        "tools/call",
-        json!({"name": "echo", "arguments": {"text": "after"}}),
-    );
-    assert_eq!(echoed["content"][0]["text"], "after", "{echoed}");
-    assert_eq!(COUNTED_RUNS.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_no_counted_run_after_the_queue(&mut h);
     let task = h.result("tasks/get", json!({"taskId": queued}));
     assert_eq!(task["status"], "cancelled", "{task}");
 }
@@ -1257,12 +1262,7 @@ fn a_plain_call_cancelled_before_a_worker_takes_it_never_runs_its_tool() {
         Box::new(|_| {}),
     );
     h.result("tasks/cancel", json!({"taskId": busy}));
-    let echoed = h.result(
-        "tools/call",
-        json!({"name": "echo", "arguments": {"text": "after"}}),
-    );
-    assert_eq!(echoed["content"][0]["text"], "after", "{echoed}");
-    assert_eq!(COUNTED_RUNS.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_no_counted_run_after_the_queue(&mut h);
     // Receivers SHOULD NOT answer a cancelled request: the transport hears Null.
     assert_eq!(answers.recv_timeout(WAIT), Ok(Value::Null));
 }
