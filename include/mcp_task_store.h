@@ -192,7 +192,8 @@ void mcpts_bytes_free(mcpts_bytes *bytes);
  * The copy works like `snprintf`: at most `buf_len - 1` bytes of UTF-8 text followed by a
  * NUL; if the return value is `>= buf_len`, the text was truncated (possibly inside a
  * UTF-8 sequence). Pass `buf = NULL, buf_len = 0` to learn the length only. Nothing is
- * written when `buf` is NULL or `buf_len` is 0.
+ * written when `buf` is NULL or `buf_len` is 0; otherwise `buf` always ends up holding a
+ * C string (the empty one when this returns 0).
  *
  * The last error is set by every function that returns an [`mcpts_result`]: cleared on
  * `MCPTS_RESULT_OK`, replaced on failure. This function does not change it. The one

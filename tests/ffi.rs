@@ -1442,3 +1442,68 @@ fn null_is_the_default_for_nested_fields_too() {
         f.create();
     }
 }
+
+/// `mcpts_last_error` always leaves a C string in a buffer it is given room in, even when
+/// it has no message to copy because the calling thread's slot is already torn down (a
+/// call from a thread-exit hook): a host that prints the buffer must not read garbage.
+#[test]
+fn last_error_terminates_the_buffer_in_a_thread_exit_hook() {
+    /// Makes a call fail when the thread's locals are torn down, then reads the last error
+    /// into a buffer full of 'x', and reports what it returned and the buffer's first byte.
+    struct ReadOnExit {
+        handle: usize,
+        done: std::sync::mpsc::Sender<(mcpts_result, usize, std::ffi::c_char)>,
+    }
+    impl Drop for ReadOnExit {
+        fn drop(&mut self) {
+            let mut out: *mut mcpts_bytes = ptr::null_mut();
+            let mut buf = [b'x' as std::ffi::c_char; 16];
+            // SAFETY: the handle outlives this thread (the test frees it after joining);
+            // the task id is a live C string; `buf` is writable for its length.
+            let (result, n) = unsafe {
+                let result = mcpts_handle_get(
+                    self.handle as *const mcpts_handle,
+                    c"no-such-task".as_ptr(),
+                    ptr::null(),
+                    &mut out,
+                );
+                (result, mcpts_last_error(buf.as_mut_ptr(), buf.len()))
+            };
+            let _ = self.done.send((result, n, buf[0]));
+        }
+    }
+    thread_local! {
+        static ON_EXIT: std::cell::RefCell<Option<ReadOnExit>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    let f = Fixture::new();
+    let handle = f.handle as usize;
+    let (done, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Made before the library's own thread-locals, so torn down after them.
+        ON_EXIT.with(|slot| slot.borrow_mut().take());
+        // A failure makes the library's last-error slot, torn down before `ON_EXIT`.
+        let mut out: *mut mcpts_bytes = ptr::null_mut();
+        // SAFETY: the handle is live; the id is a live C string.
+        let code = unsafe {
+            mcpts_handle_get(
+                handle as *const mcpts_handle,
+                c"no-such-task".as_ptr(),
+                ptr::null(),
+                &mut out,
+            )
+        };
+        assert_eq!(code, mcpts_result::NotFound);
+        ON_EXIT.with(|slot| *slot.borrow_mut() = Some(ReadOnExit { handle, done }));
+    })
+    .join()
+    .unwrap();
+    let (result, n, first) = outcome
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(result, mcpts_result::NotFound);
+    // The slot was gone (the case under test), and the buffer holds the empty string.
+    assert_eq!(n, 0);
+    assert_eq!(first, 0, "no message, and the buffer was left unterminated");
+}

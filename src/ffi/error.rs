@@ -253,7 +253,8 @@ fn panic_text(payload: &(dyn Any + Send)) -> &str {
 /// The copy works like `snprintf`: at most `buf_len - 1` bytes of UTF-8 text followed by a
 /// NUL; if the return value is `>= buf_len`, the text was truncated (possibly inside a
 /// UTF-8 sequence). Pass `buf = NULL, buf_len = 0` to learn the length only. Nothing is
-/// written when `buf` is NULL or `buf_len` is 0.
+/// written when `buf` is NULL or `buf_len` is 0; otherwise `buf` always ends up holding a
+/// C string (the empty one when this returns 0).
 ///
 /// The last error is set by every function that returns an [`mcpts_result`]: cleared on
 /// `MCPTS_RESULT_OK`, replaced on failure. This function does not change it. The one
@@ -270,15 +271,17 @@ fn panic_text(payload: &(dyn Any + Send)) -> &str {
 /// `buf` must be NULL or valid for writes of `buf_len` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn mcpts_last_error(buf: *mut c_char, buf_len: usize) -> usize {
+    // The empty string first, so that the buffer holds a C string whatever happens next
+    // (no message, a slot already torn down, a panic).
+    if !buf.is_null() && buf_len > 0 {
+        // SAFETY: the caller guarantees `buf` holds `buf_len` > 0 bytes.
+        unsafe { *buf = 0 };
+    }
     ffi_boundary!(default = 0; {
         LAST_ERROR
             .try_with(|slot| {
                 let slot = slot.borrow();
                 let Some(message) = slot.as_ref() else {
-                    if !buf.is_null() && buf_len > 0 {
-                        // SAFETY: the caller guarantees `buf` holds `buf_len` > 0 bytes.
-                        unsafe { *buf = 0 };
-                    }
                     return 0;
                 };
                 let bytes = message.as_bytes();
