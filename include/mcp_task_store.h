@@ -576,7 +576,7 @@ mcpts_result mcpts_handle_wait(const mcpts_handle *handle, const char *task_id, 
  * over the task's whole life.
  *
  * Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (not an object, empty, too
- * many keys), `NOT_FOUND`, `ALREADY_TERMINAL`, `INPUT_KEY_REUSED`, `CLOSED`.
+ * many keys, a key given twice), `NOT_FOUND`, `ALREADY_TERMINAL`, `INPUT_KEY_REUSED`, `CLOSED`.
  *
  * Thread safety: any thread, concurrently with other calls on `handle`.
  *
@@ -595,8 +595,8 @@ mcpts_result mcpts_handle_set_input_requests(const mcpts_handle *handle, const c
  * `responses_json` (`responses_len` bytes) is an object mapping keys to answers, e.g.
  * `{"ask-1": {"action": "accept", "content": {"name": "x"}}}`.
  *
- * Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT`, `NOT_FOUND`,
- * `ALREADY_TERMINAL`, `CLOSED`.
+ * Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (not an object, a key
+ * given twice), `NOT_FOUND`, `ALREADY_TERMINAL`, `CLOSED`.
  *
  * Thread safety: any thread, concurrently with other calls on `handle`.
  *

@@ -1507,3 +1507,67 @@ fn last_error_terminates_the_buffer_in_a_thread_exit_hook() {
     assert_eq!(n, 0);
     assert_eq!(first, 0, "no message, and the buffer was left unterminated");
 }
+
+/// A key given twice in input requests or in their answers is refused, as a field given
+/// twice is: the store would otherwise keep the last request, or hand the worker the last
+/// answer, and drop the other without a word.
+#[test]
+fn an_input_key_given_twice_is_refused() {
+    let f = Fixture::new();
+    let id = f.create();
+    let twice = br#"{"ask": {"method": "elicitation/create", "params": {}},
+                     "ask": {"method": "sampling/createMessage", "params": {}}}"#;
+    let mut out: *mut mcpts_bytes = ptr::null_mut();
+    // SAFETY: the handle is live; the id and request are live buffers; `out` is a local.
+    let code = unsafe {
+        mcpts_handle_set_input_requests(
+            f.handle,
+            id.as_ptr(),
+            ptr::null(),
+            twice.as_ptr(),
+            twice.len(),
+            &mut out,
+        )
+    };
+    assert_eq!(code, mcpts_result::InvalidArgument, "{}", last_error());
+    assert!(last_error().contains("`ask`"), "{}", last_error());
+    assert!(out.is_null());
+    let task = call("get", |out| unsafe {
+        // SAFETY: as above.
+        mcpts_handle_get(f.handle, id.as_ptr(), ptr::null(), out)
+    });
+    assert_eq!(task["status"], "working");
+
+    let once = br#"{"ask": {"method": "elicitation/create", "params": {}}}"#;
+    call("set_input_requests", |out| unsafe {
+        // SAFETY: as above.
+        mcpts_handle_set_input_requests(
+            f.handle,
+            id.as_ptr(),
+            ptr::null(),
+            once.as_ptr(),
+            once.len(),
+            out,
+        )
+    });
+    let answers = br#"{"ask": {"action": "accept"}, "ask": {"action": "decline"}}"#;
+    // SAFETY: as above.
+    let code = unsafe {
+        mcpts_handle_resolve_input(
+            f.handle,
+            id.as_ptr(),
+            ptr::null(),
+            answers.as_ptr(),
+            answers.len(),
+            &mut out,
+        )
+    };
+    assert_eq!(code, mcpts_result::InvalidArgument, "{}", last_error());
+    assert!(last_error().contains("`ask`"), "{}", last_error());
+    assert!(out.is_null());
+    let task = call("get", |out| unsafe {
+        // SAFETY: as above.
+        mcpts_handle_get(f.handle, id.as_ptr(), ptr::null(), out)
+    });
+    assert_eq!(task["status"], "input_required");
+}

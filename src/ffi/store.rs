@@ -1,11 +1,13 @@
 //! The store and handle entry points.
 
+use std::collections::btree_map::{BTreeMap, Entry};
 use std::ffi::c_char;
+use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
+use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
@@ -18,8 +20,8 @@ use crate::model::forks;
 use crate::protocol::RpcError;
 use crate::store::StoreStats;
 use crate::{
-    CancelOutcome, CreateTask, InputRequests, InputResponses, Origin, Outcome, SessionId, Store,
-    StoreError, StoreHandle, Task, TaskPage, TaskResult, TaskStatus,
+    CancelOutcome, CreateTask, Origin, Outcome, SessionId, Store, StoreError, StoreHandle, Task,
+    TaskPage, TaskResult, TaskStatus,
 };
 
 /// A task store (opaque): owns the store's owner thread. Create it with [`mcpts_store_new`],
@@ -120,6 +122,44 @@ pub(super) fn timeout(timeout_ms: u64) -> Option<Duration> {
 
 fn parse_json<T: DeserializeOwned>(json: &[u8], what: &str) -> Result<T, Error> {
     parse_object(json, what, mcpts_result::InvalidArgument)
+}
+
+/// Input requests or their answers: an object of keyed values, each key once. A map would
+/// keep the last of two equal keys, dropping a request or an answer without a word.
+struct Keyed(BTreeMap<String, Value>);
+
+impl<'de> Deserialize<'de> for Keyed {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyedVisitor;
+
+        impl<'de> Visitor<'de> for KeyedVisitor {
+            type Value = Keyed;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of keyed values")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Keyed, A::Error> {
+                let mut keyed = BTreeMap::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    match keyed.entry(key) {
+                        Entry::Occupied(entry) => {
+                            return Err(de::Error::custom(format!(
+                                "duplicate key `{}`",
+                                entry.key()
+                            )))
+                        }
+                        Entry::Vacant(entry) => {
+                            entry.insert(map.next_value()?);
+                        }
+                    }
+                }
+                Ok(Keyed(keyed))
+            }
+        }
+
+        deserializer.deserialize_map(KeyedVisitor)
+    }
 }
 
 fn parse_status(name: &str) -> Result<TaskStatus, Error> {
@@ -835,7 +875,7 @@ pub unsafe extern "C" fn mcpts_handle_wait(
 /// over the task's whole life.
 ///
 /// Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (not an object, empty, too
-/// many keys), `NOT_FOUND`, `ALREADY_TERMINAL`, `INPUT_KEY_REUSED`, `CLOSED`.
+/// many keys, a key given twice), `NOT_FOUND`, `ALREADY_TERMINAL`, `INPUT_KEY_REUSED`, `CLOSED`.
 ///
 /// Thread safety: any thread, concurrently with other calls on `handle`.
 ///
@@ -863,7 +903,7 @@ pub unsafe extern "C" fn mcpts_handle_set_input_requests(
         let store = handle.live()?;
         let id = task_id.task_id()?;
         let session = opt_session(session)?;
-        let requests: InputRequests = parse_json(json, "input requests")?;
+        let Keyed(requests) = parse_json(json, "input requests")?;
         let task = store.set_input_requests(id, session.as_ref(), requests)?;
         unsafe { task_out.write(mcpts_bytes::json(&task)?) };
         Ok(())
@@ -877,8 +917,8 @@ pub unsafe extern "C" fn mcpts_handle_set_input_requests(
 /// `responses_json` (`responses_len` bytes) is an object mapping keys to answers, e.g.
 /// `{"ask-1": {"action": "accept", "content": {"name": "x"}}}`.
 ///
-/// Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT`, `NOT_FOUND`,
-/// `ALREADY_TERMINAL`, `CLOSED`.
+/// Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (not an object, a key
+/// given twice), `NOT_FOUND`, `ALREADY_TERMINAL`, `CLOSED`.
 ///
 /// Thread safety: any thread, concurrently with other calls on `handle`.
 ///
@@ -906,7 +946,7 @@ pub unsafe extern "C" fn mcpts_handle_resolve_input(
         let store = handle.live()?;
         let id = task_id.task_id()?;
         let session = opt_session(session)?;
-        let responses: InputResponses = parse_json(json, "input responses")?;
+        let Keyed(responses) = parse_json(json, "input responses")?;
         let task = store.resolve_input(id, session.as_ref(), responses)?;
         unsafe { task_out.write(mcpts_bytes::json(&task)?) };
         Ok(())
