@@ -400,8 +400,9 @@ void mcpts_handle_free(mcpts_handle *handle);
  * `origin` (any JSON, kept with the task, e.g. the originating JSON-RPC request). `{}` is
  * a valid request.
  *
- * Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (wrong shape or unknown
- * field), `LIMIT_EXCEEDED`, `CLOSED`.
+ * Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (wrong shape, unknown
+ * field, a `session` holding a NUL, which no C string could name), `LIMIT_EXCEEDED`,
+ * `CLOSED`.
  *
  * Thread safety: any thread, concurrently with other calls on `handle`.
  *
@@ -576,7 +577,8 @@ mcpts_result mcpts_handle_wait(const mcpts_handle *handle, const char *task_id, 
  * over the task's whole life.
  *
  * Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (not an object, empty, too
- * many keys, a key given twice), `NOT_FOUND`, `ALREADY_TERMINAL`, `INPUT_KEY_REUSED`, `CLOSED`.
+ * many keys, a key given twice, a key holding a NUL, which no C string could name),
+ * `NOT_FOUND`, `ALREADY_TERMINAL`, `INPUT_KEY_REUSED`, `CLOSED`.
  *
  * Thread safety: any thread, concurrently with other calls on `handle`.
  *

@@ -1571,3 +1571,35 @@ fn an_input_key_given_twice_is_refused() {
     });
     assert_eq!(task["status"], "input_required");
 }
+
+/// JSON can spell a NUL (`\u0000`) where a C string cannot: a session or an input key
+/// holding one could never be passed back to the calls that take it as a C string (every
+/// call on the task, `mcpts_handle_wait_input`), so it is refused where it comes in.
+#[test]
+fn a_name_c_cannot_spell_is_refused() {
+    let f = Fixture::new();
+    let request = br#"{"session": "a\u0000b"}"#;
+    let mut out: *mut mcpts_bytes = ptr::null_mut();
+    // SAFETY: the handle is live; the request is a live buffer; `out` is a local.
+    let code = unsafe { mcpts_handle_create(f.handle, request.as_ptr(), request.len(), &mut out) };
+    assert_eq!(code, mcpts_result::InvalidArgument, "{}", last_error());
+    assert!(last_error().contains("NUL"), "{}", last_error());
+    assert!(out.is_null());
+
+    let id = f.create();
+    let requests = br#"{"a\u0000b": {"method": "elicitation/create", "params": {}}}"#;
+    // SAFETY: as above; the id is a live C string.
+    let code = unsafe {
+        mcpts_handle_set_input_requests(
+            f.handle,
+            id.as_ptr(),
+            ptr::null(),
+            requests.as_ptr(),
+            requests.len(),
+            &mut out,
+        )
+    };
+    assert_eq!(code, mcpts_result::InvalidArgument, "{}", last_error());
+    assert!(last_error().contains("NUL"), "{}", last_error());
+    assert!(out.is_null());
+}

@@ -162,6 +162,18 @@ impl<'de> Deserialize<'de> for Keyed {
     }
 }
 
+/// `Ok` unless `text` holds a NUL, which JSON can spell (`\u0000`) and a C string cannot:
+/// a session or an input key with one could never be passed back to the calls that take
+/// it as a C string.
+fn c_spellable(text: &str, what: &str) -> Result<(), Error> {
+    if text.contains('\0') {
+        return Err(Error::invalid(format!(
+            "{what} must not contain a NUL character (no C string can name it)"
+        )));
+    }
+    Ok(())
+}
+
 fn parse_status(name: &str) -> Result<TaskStatus, Error> {
     serde_json::from_value(Value::String(name.to_owned())).map_err(|_| {
         Error::invalid(format!(
@@ -369,8 +381,9 @@ struct CreateRequest {
 /// `origin` (any JSON, kept with the task, e.g. the originating JSON-RPC request). `{}` is
 /// a valid request.
 ///
-/// Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (wrong shape or unknown
-/// field), `LIMIT_EXCEEDED`, `CLOSED`.
+/// Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (wrong shape, unknown
+/// field, a `session` holding a NUL, which no C string could name), `LIMIT_EXCEEDED`,
+/// `CLOSED`.
 ///
 /// Thread safety: any thread, concurrently with other calls on `handle`.
 ///
@@ -393,6 +406,9 @@ pub unsafe extern "C" fn mcpts_handle_create(
         let task_out = Out::new(task_out, "task_out")?;
         let store = handle.live()?;
         let request: CreateRequest = parse_json(json, "create request")?;
+        if let Some(session) = &request.session {
+            c_spellable(session, "invalid create request: 'session'")?;
+        }
         let create = CreateTask {
             ttl: request.ttl,
             session: request.session.map(SessionId::from),
@@ -875,7 +891,8 @@ pub unsafe extern "C" fn mcpts_handle_wait(
 /// over the task's whole life.
 ///
 /// Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_ARGUMENT` (not an object, empty, too
-/// many keys, a key given twice), `NOT_FOUND`, `ALREADY_TERMINAL`, `INPUT_KEY_REUSED`, `CLOSED`.
+/// many keys, a key given twice, a key holding a NUL, which no C string could name),
+/// `NOT_FOUND`, `ALREADY_TERMINAL`, `INPUT_KEY_REUSED`, `CLOSED`.
 ///
 /// Thread safety: any thread, concurrently with other calls on `handle`.
 ///
@@ -904,6 +921,9 @@ pub unsafe extern "C" fn mcpts_handle_set_input_requests(
         let id = task_id.task_id()?;
         let session = opt_session(session)?;
         let Keyed(requests) = parse_json(json, "input requests")?;
+        for key in requests.keys() {
+            c_spellable(key, "invalid input requests: a key")?;
+        }
         let task = store.set_input_requests(id, session.as_ref(), requests)?;
         unsafe { task_out.write(mcpts_bytes::json(&task)?) };
         Ok(())
