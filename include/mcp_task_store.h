@@ -314,8 +314,9 @@ void mcpts_events_free(mcpts_events *events);
  * On success writes a new store to `*store_out`; free it with [`mcpts_store_free`].
  * Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_CONFIG` (the last error names the
  * field), `JOURNAL` (the journal cannot be opened or read, is damaged, or its directory
- * is in use by another store; the last error names the file), `INVALID_ARGUMENT` (the
- * owner thread cannot be spawned; the last error says why), and `PANIC` as any call.
+ * is in use by another store; the last error names the file), `INVALID_ARGUMENT` (a
+ * `config_len` no buffer has, past `SIZE_MAX / 2`; or the owner thread cannot be spawned:
+ * the last error says why), and `PANIC` as any call.
  *
  * Thread safety: any thread.
  *

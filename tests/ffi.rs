@@ -954,6 +954,25 @@ fn a_length_no_buffer_can_have_is_refused() {
     assert_eq!(result, mcpts_result::InvalidArgument);
     assert!(last_error().contains("length"), "{}", last_error());
     assert!(store.is_null());
+
+    // A NULL is reported as such whatever else is wrong: a NULL out-parameter too.
+    // SAFETY: as above.
+    let result = unsafe { mcpts_store_new(b"{}".as_ptr(), usize::MAX, ptr::null_mut()) };
+    assert_eq!(result, mcpts_result::NullParameter, "{}", last_error());
+    assert_eq!(last_error(), "argument 'store_out' is NULL");
+    let f = Fixture::new();
+    // SAFETY: the handle is live; the buffer as above.
+    let result = unsafe {
+        mcpts_handle_dispatch(
+            f.handle,
+            b"{}".as_ptr(),
+            usize::MAX,
+            ptr::null(),
+            ptr::null_mut(),
+        )
+    };
+    assert_eq!(result, mcpts_result::NullParameter, "{}", last_error());
+    assert_eq!(last_error(), "argument 'response_out' is NULL");
 }
 
 /// A new subscription to the fixture's store, freed by the caller.

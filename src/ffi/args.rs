@@ -3,9 +3,9 @@
 //! Every entry point takes its arguments in two steps. First it checks each pointer for NULL
 //! without reading what it points to ([`arg_ref`], [`arg_str`], [`opt_str`], [`arg_bytes`],
 //! [`Out::new`]); only then does it read the contents ([`StrArg::text`],
-//! [`StrArg::task_id`], [`opt_text`], [`opt_session`], JSON parsing). So a NULL is always
-//! reported as `NullParameter`, whatever else is wrong with the call: a bad task id or a
-//! string that is not UTF-8 never hides it.
+//! [`StrArg::task_id`], [`opt_text`], [`opt_session`], [`BytesArg::bytes`], JSON parsing).
+//! So a NULL is always reported as `NullParameter`, whatever else is wrong with the call:
+//! a bad task id, a string that is not UTF-8 or a length no buffer has never hides it.
 
 use std::ffi::{c_char, CStr};
 
@@ -85,7 +85,30 @@ pub(crate) fn opt_session(arg: Option<StrArg<'_>>) -> Result<Option<SessionId>, 
     Ok(opt_text(arg)?.map(SessionId::from))
 }
 
-/// A required byte buffer (`ptr`, `len`); NULL is refused even when `len` is 0.
+/// A byte buffer argument that is known not to be NULL but whose length has not been
+/// checked yet.
+#[derive(Clone, Copy)]
+pub(crate) struct BytesArg<'a> {
+    /// `None` when the length is no buffer's.
+    bytes: Option<&'a [u8]>,
+    len: usize,
+    name: &'static str,
+}
+
+impl<'a> BytesArg<'a> {
+    /// The buffer; `InvalidArgument` naming the argument when its length is no buffer's.
+    pub(crate) fn bytes(self) -> Result<&'a [u8], Error> {
+        self.bytes.ok_or_else(|| {
+            Error::invalid(format!(
+                "argument '{}': a length of {} bytes is not a buffer's",
+                self.name, self.len
+            ))
+        })
+    }
+}
+
+/// A required byte buffer (`ptr`, `len`), checked for NULL only; NULL is refused even when
+/// `len` is 0.
 ///
 /// # Safety
 ///
@@ -93,21 +116,19 @@ pub(crate) fn opt_session(arg: Option<StrArg<'_>>) -> Result<Option<SessionId>, 
 pub(crate) unsafe fn arg_bytes<'a>(
     ptr: *const u8,
     len: usize,
-    name: &str,
-) -> Result<&'a [u8], Error> {
+    name: &'static str,
+) -> Result<BytesArg<'a>, Error> {
     if ptr.is_null() {
         return Err(Error::null(name));
     }
     // No buffer is that long (`(size_t)-1` is a common C error value): a slice past
     // `isize::MAX` bytes is undefined behaviour, and a debug build aborts on it.
-    if len > isize::MAX as usize {
-        return Err(Error::invalid(format!(
-            "argument '{name}': a length of {len} bytes is not a buffer's"
-        )));
-    }
-    // SAFETY: non-NULL, at most `isize::MAX` bytes, and readable for `len` bytes, per
-    // the caller.
-    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+    let bytes = (len <= isize::MAX as usize).then(|| {
+        // SAFETY: non-NULL, at most `isize::MAX` bytes, and readable for `len` bytes, per
+        // the caller.
+        unsafe { std::slice::from_raw_parts(ptr, len) }
+    });
+    Ok(BytesArg { bytes, len, name })
 }
 
 /// A checked out-parameter: validated up front, written only once the call has succeeded.

@@ -205,8 +205,9 @@ fn parse_status(name: &str) -> Result<TaskStatus, Error> {
 /// On success writes a new store to `*store_out`; free it with [`mcpts_store_free`].
 /// Errors: `NULL_PARAMETER`, `INVALID_JSON`, `INVALID_CONFIG` (the last error names the
 /// field), `JOURNAL` (the journal cannot be opened or read, is damaged, or its directory
-/// is in use by another store; the last error names the file), `INVALID_ARGUMENT` (the
-/// owner thread cannot be spawned; the last error says why), and `PANIC` as any call.
+/// is in use by another store; the last error names the file), `INVALID_ARGUMENT` (a
+/// `config_len` no buffer has, past `SIZE_MAX / 2`; or the owner thread cannot be spawned:
+/// the last error says why), and `PANIC` as any call.
 ///
 /// Thread safety: any thread.
 ///
@@ -224,7 +225,7 @@ pub unsafe extern "C" fn mcpts_store_new(
         // SAFETY: per this function's contract.
         let json = unsafe { arg_bytes(config_json, config_len, "config_json") }?;
         let store_out = Out::new(store_out, "store_out")?;
-        let config = parse_config(json)?;
+        let config = parse_config(json.bytes()?)?;
         let mut builder = Store::builder().config(config.store);
         if let Some(journal) = config.journal {
             builder = builder.journal(journal);
@@ -405,7 +406,7 @@ pub unsafe extern "C" fn mcpts_handle_create(
         let json = unsafe { arg_bytes(request_json, request_len, "request_json") }?;
         let task_out = Out::new(task_out, "task_out")?;
         let store = handle.live()?;
-        let request: CreateRequest = parse_json(json, "create request")?;
+        let request: CreateRequest = parse_json(json.bytes()?, "create request")?;
         if let Some(session) = &request.session {
             c_spellable(session, "invalid create request: 'session'")?;
         }
@@ -609,7 +610,7 @@ pub unsafe extern "C" fn mcpts_handle_store_result(
         let store = handle.live()?;
         let id = task_id.task_id()?;
         let session = opt_session(session)?;
-        let request: StoreResultRequest = parse_json(json, "result")?;
+        let request: StoreResultRequest = parse_json(json.bytes()?, "result")?;
         let (outcome, default_status) = outcome_of(request.result, request.error)?;
         let status = request.status.unwrap_or(default_status);
         let task = store.store_result(
@@ -920,7 +921,7 @@ pub unsafe extern "C" fn mcpts_handle_set_input_requests(
         let store = handle.live()?;
         let id = task_id.task_id()?;
         let session = opt_session(session)?;
-        let Keyed(requests) = parse_json(json, "input requests")?;
+        let Keyed(requests) = parse_json(json.bytes()?, "input requests")?;
         for key in requests.keys() {
             c_spellable(key, "invalid input requests: a key")?;
         }
@@ -966,7 +967,7 @@ pub unsafe extern "C" fn mcpts_handle_resolve_input(
         let store = handle.live()?;
         let id = task_id.task_id()?;
         let session = opt_session(session)?;
-        let Keyed(responses) = parse_json(json, "input responses")?;
+        let Keyed(responses) = parse_json(json.bytes()?, "input responses")?;
         let task = store.resolve_input(id, session.as_ref(), responses)?;
         unsafe { task_out.write(mcpts_bytes::json(&task)?) };
         Ok(())
@@ -1104,7 +1105,7 @@ pub unsafe extern "C" fn mcpts_handle_dispatch_timeout(
         // Every pointer is checked (see `args`); now the store and what they point to.
         let store = handle.live()?;
         let session = opt_session(session)?;
-        let request = std::str::from_utf8(request)
+        let request = std::str::from_utf8(request.bytes()?)
             .map_err(|e| Error::invalid(format!("the request is not UTF-8: {e}")))?;
         let store = DispatchStore::new(store, timeout(timeout_ms));
         let response = crate::protocol::dispatch_tasks(&store, session.as_ref(), request);
