@@ -7,7 +7,17 @@
  * Conventions: fallible functions return an mcpts_result (MCPTS_RESULT_OK == 0);
  * outputs are written only on success; the calling thread's last error message is
  * available from mcpts_last_error(); JSON outputs are mcpts_bytes released with
- * mcpts_bytes_free().
+ * mcpts_bytes_free(). JSON inputs are a pointer and a length in bytes that counts no
+ * trailing NUL; other strings are NUL-terminated UTF-8.
+ *
+ * Threads: handles and subscriptions may be used from any thread, several at once;
+ * each function states its own rules. Freeing a store joins its thread; calls on its
+ * handles then return MCPTS_RESULT_CLOSED (those blocked at that moment too), and its
+ * subscriptions hand out the events still queued, then MCPTS_RESULT_CLOSED.
+ *
+ * fork(): a store belongs to the process that created it. In a child made by fork()
+ * every call on it, its handles and subscriptions returns MCPTS_RESULT_CLOSED at once,
+ * and freeing them there releases nothing; the child creates a store of its own.
  */
 
 #ifndef MCP_TASK_STORE_H
@@ -334,8 +344,9 @@ mcpts_result mcpts_store_new(const uint8_t *config_json, size_t config_len, mcpt
  * `MCPTS_RESULT_CLOSED` from then on, and must still be freed.
  *
  * In a child forked from the process that created the store, this returns at once and
- * releases nothing: the owner thread lives only in that parent (see the module's Threads
- * section). The parent's store is unaffected and must still be freed there. With a
+ * releases nothing: the owner thread lives only in that parent (`fork()` does not copy
+ * it), and every call on the store in the child returns `MCPTS_RESULT_CLOSED`. The
+ * parent's store is unaffected and must still be freed there. With a
  * journal, the child does not hold the journal directory's lock (its copy of the lock
  * file is let go of at the fork): once the parent frees its store, a new store may open
  * the directory while the child lives.

@@ -1372,6 +1372,25 @@ fn the_header_declares_no_foreign_function() {
     assert!(foreign.is_empty(), "declared in the header: {foreign:?}");
 }
 
+/// The header is all a C host reads: its comments never send the reader to the Rust
+/// module documentation, and the rules that hold for every call (threads, `fork()`) are
+/// in it.
+#[test]
+fn the_header_is_self_contained() {
+    let header = std::fs::read_to_string(manifest_dir().join("include/mcp_task_store.h")).unwrap();
+    for (n, line) in header.lines().enumerate() {
+        assert!(
+            !line.contains("module"),
+            "line {}: points to Rust docs: {line}",
+            n + 1
+        );
+    }
+    let (preamble, _) = header.split_once("#ifndef").unwrap();
+    for rule in ["any thread", "fork()", "MCPTS_RESULT_CLOSED"] {
+        assert!(preamble.contains(rule), "the preamble lacks {rule:?}");
+    }
+}
+
 /// A field given twice is refused, in the configuration and in a request: a JSON object
 /// with duplicate names means different things to different readers, and taking the last
 /// one silently (a `max_tasks` limit undone by a later `null`, say) hides the mistake.

@@ -244,8 +244,9 @@ pub unsafe extern "C" fn mcpts_store_new(
 /// `MCPTS_RESULT_CLOSED` from then on, and must still be freed.
 ///
 /// In a child forked from the process that created the store, this returns at once and
-/// releases nothing: the owner thread lives only in that parent (see the module's Threads
-/// section). The parent's store is unaffected and must still be freed there. With a
+/// releases nothing: the owner thread lives only in that parent (`fork()` does not copy
+/// it), and every call on the store in the child returns `MCPTS_RESULT_CLOSED`. The
+/// parent's store is unaffected and must still be freed there. With a
 /// journal, the child does not hold the journal directory's lock (its copy of the lock
 /// file is let go of at the fork): once the parent frees its store, a new store may open
 /// the directory while the child lives.
