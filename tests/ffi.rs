@@ -1641,3 +1641,39 @@ fn a_name_c_cannot_spell_is_refused() {
     assert!(last_error().contains("NUL"), "{}", last_error());
     assert!(out.is_null());
 }
+
+/// A member given twice in a JSON-RPC request is refused, not resolved: the host's own
+/// JSON reader (many take the first of two equal names) must never route, log or
+/// authorise one request while the library serves another. Here a host would see a
+/// harmless `tasks/get` where the last `method` cancels the task.
+#[test]
+fn dispatch_refuses_a_member_given_twice() {
+    let f = Fixture::new();
+    let id = f.create();
+    let id = id.to_str().unwrap();
+    let requests = [
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tasks/get","method":"tasks/cancel",
+                "params":{{"taskId":"{id}"}}}}"#
+        ),
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tasks/cancel",
+                "params":{{"taskId":"{id}","_meta":{{}},"_meta":{{}}}}}}"#
+        ),
+    ];
+    for request in requests {
+        let response = call("dispatch", |out| unsafe {
+            // SAFETY: the handle is live; the request is a live buffer.
+            mcpts_handle_dispatch(f.handle, request.as_ptr(), request.len(), ptr::null(), out)
+        });
+        assert_eq!(response["error"]["code"], -32700, "{request}: {response}");
+        let message = response["error"]["message"].as_str().unwrap();
+        assert!(message.contains("given twice"), "{message}");
+    }
+    let id = std::ffi::CString::new(id).unwrap();
+    let task = call("get", |out| unsafe {
+        // SAFETY: the handle is live; the id is a live C string.
+        mcpts_handle_get(f.handle, id.as_ptr(), ptr::null(), out)
+    });
+    assert_eq!(task["status"], "working");
+}

@@ -190,13 +190,95 @@ pub fn parse_message(text: &str) -> Result<Message, Rejected> {
 }
 
 /// Parses the JSON of a message, or of a batch (an array), without classifying it: what
-/// the connection does with an array depends on the protocol version it settled on.
+/// the connection does with an array depends on the protocol version it settled on. An
+/// object that names a member twice, at any depth, is refused as a parse error: other
+/// readers may take the first of the two where a `Value` keeps the last.
 pub fn parse_value(text: &str) -> Result<Value, Rejected> {
-    serde_json::from_str(text).map_err(|e| Rejected {
-        id: None,
-        error: RpcError::parse_error(e),
-        response: false,
-    })
+    serde_json::from_str(text)
+        .map(|Unique(value)| value)
+        .map_err(|e| Rejected {
+            id: None,
+            error: RpcError::parse_error(e),
+            response: false,
+        })
+}
+
+/// JSON read into a [`Value`], but refused when an object names a member twice. A `Value`
+/// keeps the last of two equal names where other readers (a host's own JSON parser, a
+/// proxy) may take the first: what they route, log or authorise would not be the message
+/// served (`"method": "tasks/get", "method": "tasks/cancel"`).
+struct Unique(Value);
+
+impl<'de> Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueVisitor).map(Unique)
+    }
+}
+
+/// Builds a [`Value`] as serde_json's own does, checking each object's names.
+struct UniqueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(value).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_owned()))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Value, E> {
+        Ok(Value::String(value))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(Unique(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(name) = map.next_key::<String>()? {
+            match object.entry(name) {
+                serde_json::map::Entry::Occupied(member) => {
+                    return Err(serde::de::Error::custom(format!(
+                        "member \"{}\" given twice in one object",
+                        member.key()
+                    )));
+                }
+                serde_json::map::Entry::Vacant(member) => {
+                    let Unique(value) = map.next_value()?;
+                    member.insert(value);
+                }
+            }
+        }
+        Ok(Value::Object(object))
+    }
 }
 
 /// Classifies an already-parsed JSON value as a message. An object with `result` or
@@ -357,5 +439,25 @@ mod tests {
                 "{answer}"
             );
         }
+    }
+
+    #[test]
+    fn a_member_named_twice_anywhere_is_a_parse_error() {
+        for text in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","method":"tasks/cancel"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":{"b":1,"b":2}}}"#,
+            r#"[{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}]"#,
+        ] {
+            let answer = parse_value(text).expect_err(text).answer().expect(text);
+            assert_eq!(answer["error"]["code"], PARSE_ERROR, "{answer}");
+            assert!(answer["id"].is_null(), "{answer}");
+        }
+        // The same name in two objects is no repeat; values are read as `Value` reads them.
+        let text =
+            r#"{"a":{"n":1},"b":{"n":-2.5,"s":"x","t":[true,null]},"c":18446744073709551615}"#;
+        assert_eq!(
+            parse_value(text).unwrap(),
+            serde_json::from_str::<Value>(text).unwrap()
+        );
     }
 }

@@ -113,7 +113,8 @@ pub enum Kind {
     /// answers a request of the server's or cannot (a null id, say). JSON-RPC never answers
     /// a response; two peers that did would trade errors for ever.
     Response,
-    /// Gets one error: -32700 when it is not JSON, else -32600 (or -32602 for params that
+    /// Gets one error: -32700 when it is not JSON (or an object in it names a member
+    /// twice), else -32600 (or -32602 for params that
     /// are not an object); its id when it had a usable one, else null.
     Malformed {
         parse_error: bool,
@@ -138,12 +139,20 @@ pub fn valid_id(id: &Value) -> bool {
 }
 
 pub fn kind(text: &str) -> Kind {
+    // An object naming a member twice is refused as unreadable: other readers take the
+    // first of the two where a `Value` keeps the last.
     let Ok(value) = serde_json::from_str::<Value>(text) else {
         return Kind::Malformed {
             parse_error: true,
             id: None,
         };
     };
+    if names_a_member_twice(text) {
+        return Kind::Malformed {
+            parse_error: true,
+            id: None,
+        };
+    }
     let Value::Object(object) = value else {
         return Kind::Malformed {
             parse_error: false,
@@ -192,6 +201,56 @@ pub fn kind(text: &str) -> Kind {
         },
         _ => malformed,
     }
+}
+
+/// Whether some object in the JSON `text` (well-formed) has two members of one name.
+pub fn names_a_member_twice(text: &str) -> bool {
+    /// Reads any JSON value, failing on the first object with a name seen twice.
+    struct Names;
+    impl<'de> serde::Deserialize<'de> for Names {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Names, D::Error> {
+            d.deserialize_any(Names)
+        }
+    }
+    impl<'de> serde::de::Visitor<'de> for Names {
+        type Value = Names;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Names, E> {
+            Ok(Names)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Names, E> {
+            Ok(Names)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Names, E> {
+            Ok(Names)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Names, E> {
+            Ok(Names)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Names, E> {
+            Ok(Names)
+        }
+        fn visit_unit<E>(self) -> Result<Names, E> {
+            Ok(Names)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Names, A::Error> {
+            while seq.next_element::<Names>()?.is_some() {}
+            Ok(Names)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Names, A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(name) = map.next_key::<String>()? {
+                if !seen.insert(name) {
+                    return Err(serde::de::Error::custom("twice"));
+                }
+                map.next_value::<Names>()?;
+            }
+            Ok(Names)
+        }
+    }
+    serde_json::from_str::<Names>(text).is_err()
 }
 
 /// A store that implements only what the trait requires, by passing every call to a

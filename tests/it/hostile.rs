@@ -35,8 +35,8 @@ use proptest::test_runner::TestCaseError;
 use serde_json::{json, Value};
 
 use crate::fixtures::{
-    boom_tool, kind, panic_tool, Captured, Kind, CAPS_KEY, SEP_VERSION, SUPPORTED, TASKS_EXT,
-    VERSION_KEY,
+    boom_tool, kind, names_a_member_twice, panic_tool, Captured, Kind, CAPS_KEY, SEP_VERSION,
+    SUPPORTED, TASKS_EXT, VERSION_KEY,
 };
 
 /// Longest any answer may take before the test calls it a hang. Only failing runs wait this
@@ -975,7 +975,10 @@ fn check(kind: &Kind, got: &Got, cancelled_later: bool) -> Result<(), TestCaseEr
 /// batches), refused with -32600.
 fn kind_on(connection: &Connection, text: &str) -> Kind {
     let items = match serde_json::from_str::<Value>(text) {
-        Ok(Value::Array(items)) if connection.accepts_batches() => items,
+        // A member named twice anywhere makes the whole text unreadable.
+        Ok(Value::Array(items)) if connection.accepts_batches() && !names_a_member_twice(text) => {
+            items
+        }
         _ => return kind(text),
     };
     let item_kind = |item: &Value| match kind(&item.to_string()) {
@@ -1092,7 +1095,8 @@ fn run_concurrently(rev: Rev, a: &[Msg], b: &[Msg]) -> Result<(), TestCaseError>
         texts
             .iter()
             .map(|text| {
-                let array = matches!(serde_json::from_str::<Value>(text), Ok(Value::Array(_)));
+                let array = matches!(serde_json::from_str::<Value>(text), Ok(Value::Array(_)))
+                    && !names_a_member_twice(text);
                 let kind = if array { Kind::Batch(None) } else { kind(text) };
                 (kind, h.send(text))
             })
