@@ -13,7 +13,8 @@
  * Threads: handles and subscriptions may be used from any thread, several at once;
  * each function states its own rules. Freeing a store joins its thread; calls on its
  * handles then return MCPTS_RESULT_CLOSED (those blocked at that moment too), and its
- * subscriptions hand out the events still queued, then MCPTS_RESULT_CLOSED.
+ * subscriptions hand out the events still queued (and a "lagged" event for those
+ * they missed), then MCPTS_RESULT_CLOSED.
  *
  * fork(): a store belongs to the process that created it. In a child made by fork()
  * every call on it, its handles and subscriptions returns MCPTS_RESULT_CLOSED at once,
@@ -138,8 +139,8 @@ typedef struct mcpts_bytes mcpts_bytes;
 /**
  * A subscription to one store's events (opaque), from [`mcpts_handle_subscribe`]. Read
  * it with [`mcpts_events_next`]; release it with [`mcpts_events_free`]. It stays valid
- * after its store is freed: the events still queued can be read, then every read gives
- * `MCPTS_RESULT_CLOSED`.
+ * after its store is freed: the events still queued can be read (and a `lagged` event
+ * for those it missed), then every read gives `MCPTS_RESULT_CLOSED`.
  */
 typedef struct mcpts_events mcpts_events;
 
@@ -270,7 +271,8 @@ mcpts_result mcpts_handle_subscribe(const mcpts_handle *handle, mcpts_events **e
  * ignore a `type` it does not know: later versions may add some.
  *
  * Once the store is gone (freed, or its owner thread died) the events already queued are
- * still handed out; after the last one every call returns `CLOSED` at once. A thread
+ * still handed out, then a `lagged` event if the subscription had missed some since the
+ * last one; after that every call returns `CLOSED` at once. A thread
  * blocked here when the store is freed wakes with `CLOSED` (or the events queued first).
  *
  * Errors: `NULL_PARAMETER`, `TIMEOUT`, `CLOSED` (the store is gone and every event has

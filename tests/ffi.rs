@@ -1677,3 +1677,27 @@ fn dispatch_refuses_a_member_given_twice() {
     });
     assert_eq!(task["status"], "working");
 }
+
+/// A reader that fell behind is told how many events it missed even when the store is
+/// freed before it made room: after the events still queued comes the `lagged` event,
+/// then `CLOSED`.
+#[test]
+fn events_missed_before_the_store_is_freed_are_reported() {
+    let f = Fixture::with_config(r#"{"event_buffer": 1}"#);
+    let events = subscribe(&f);
+    let first = f.create();
+    f.create();
+    f.create();
+    drop(f);
+    // SAFETY: live until freed, once, here.
+    unsafe {
+        let event = next_event(events, 0).unwrap();
+        assert_eq!(event["task"]["taskId"], first.to_str().unwrap());
+        assert_eq!(
+            next_event(events, MCPTS_WAIT_FOREVER),
+            Ok(serde_json::json!({"type": "lagged", "missed": 2}))
+        );
+        assert_eq!(next_event(events, 0), Err(mcpts_result::Closed));
+        mcpts_events_free(events);
+    }
+}

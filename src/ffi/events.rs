@@ -1,5 +1,6 @@
 //! Event subscriptions: a host is told of task changes instead of polling for them.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
@@ -15,11 +16,14 @@ use crate::{SessionId, StoreEvent, Task, TaskId};
 
 /// A subscription to one store's events (opaque), from [`mcpts_handle_subscribe`]. Read
 /// it with [`mcpts_events_next`]; release it with [`mcpts_events_free`]. It stays valid
-/// after its store is freed: the events still queued can be read, then every read gives
-/// `MCPTS_RESULT_CLOSED`.
+/// after its store is freed: the events still queued can be read (and a `lagged` event
+/// for those it missed), then every read gives `MCPTS_RESULT_CLOSED`.
 #[derive(Debug)]
 pub struct mcpts_events {
     events: Receiver<StoreEvent>,
+    /// The events missed since the last `lagged` when the store stopped; reported once,
+    /// after the events still queued.
+    missed_at_close: Arc<AtomicU64>,
     owner: Arc<Owner>,
 }
 
@@ -101,9 +105,10 @@ pub unsafe extern "C" fn mcpts_handle_subscribe(
         // SAFETY: per this function's contract.
         let handle = unsafe { arg_ref(handle, "handle") }?;
         let events_out = Out::new(events_out, "events_out")?;
-        let events = handle.live()?.subscribe()?;
+        let (events, missed_at_close) = handle.live()?.subscribe_counting_close()?;
         let events = mcpts_events {
             events,
+            missed_at_close,
             owner: Arc::clone(&handle.owner),
         };
         // SAFETY: per this function's contract.
@@ -129,7 +134,8 @@ pub unsafe extern "C" fn mcpts_handle_subscribe(
 /// ignore a `type` it does not know: later versions may add some.
 ///
 /// Once the store is gone (freed, or its owner thread died) the events already queued are
-/// still handed out; after the last one every call returns `CLOSED` at once. A thread
+/// still handed out, then a `lagged` event if the subscription had missed some since the
+/// last one; after that every call returns `CLOSED` at once. A thread
 /// blocked here when the store is freed wakes with `CLOSED` (or the events queued first).
 ///
 /// Errors: `NULL_PARAMETER`, `TIMEOUT`, `CLOSED` (the store is gone and every event has
@@ -156,15 +162,20 @@ pub unsafe extern "C" fn mcpts_events_next(
         // channel's lock at the fork: never touch it there.
         events.owner.check_process()?;
         let no_event = || Error::new(mcpts_result::Timeout, "no event within the timeout");
+        // The store is gone and every event it sent is read: what it could not send, once.
+        let after_the_last = || match events.missed_at_close.swap(0, Ordering::SeqCst) {
+            0 => Err(drained()),
+            missed => Ok(StoreEvent::Lagged { missed }),
+        };
         let event = match timeout(timeout_ms) {
-            None => events.events.recv().map_err(|_| drained()),
-            Some(wait) if wait.is_zero() => events.events.try_recv().map_err(|e| match e {
-                TryRecvError::Empty => no_event(),
-                TryRecvError::Disconnected => drained(),
+            None => events.events.recv().or_else(|_| after_the_last()),
+            Some(wait) if wait.is_zero() => events.events.try_recv().or_else(|e| match e {
+                TryRecvError::Empty => Err(no_event()),
+                TryRecvError::Disconnected => after_the_last(),
             }),
-            Some(wait) => events.events.recv_timeout(wait).map_err(|e| match e {
-                RecvTimeoutError::Timeout => no_event(),
-                RecvTimeoutError::Disconnected => drained(),
+            Some(wait) => events.events.recv_timeout(wait).or_else(|e| match e {
+                RecvTimeoutError::Timeout => Err(no_event()),
+                RecvTimeoutError::Disconnected => after_the_last(),
             }),
         }?;
         let bytes = mcpts_bytes::json(&EventJson::from(&event))?;

@@ -50,8 +50,8 @@
 //! changes as JSON events, read with [`mcpts_events_next`] from any thread. It never slows
 //! the store: a reader that falls behind misses events and is told how many. It outlives
 //! its store like a handle: once the store is freed, the events still queued are read
-//! first, then every read gives `MCPTS_RESULT_CLOSED`, and a reader blocked at that moment
-//! wakes.
+//! first (then a `lagged` event if it had missed some), then every read gives
+//! `MCPTS_RESULT_CLOSED`, and a reader blocked at that moment wakes.
 //!
 //! A store belongs to the process that created it. `fork()` copies the store into the
 //! child but not its owner thread (Python's `multiprocessing` forks by default on Linux),

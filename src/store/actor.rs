@@ -3,6 +3,7 @@
 //! `spin`); otherwise it sleeps until the next command or the next wheel deadline, so an
 //! idle store costs nothing.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -135,6 +136,9 @@ pub(crate) enum Command {
     /// cost, and the owner thread never holds the lock through it.
     Subscribe {
         events: Sender<StoreEvent>,
+        /// Where the events missed since the last `Lagged` are counted when the store
+        /// stops before it could send another; `None` when nobody asks.
+        missed_at_close: Option<Arc<AtomicU64>>,
         reply: Reply<()>,
     },
     Stats {
@@ -160,6 +164,18 @@ pub(crate) enum ReplyTo {
 struct Subscriber {
     events: Sender<StoreEvent>,
     missed: u64,
+    missed_at_close: Option<Arc<AtomicU64>>,
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        // The store stops (or forgets a subscriber gone away): no `Lagged` will tell of
+        // the events missed since the last one. Counted before `events` drops, so a
+        // reader that finds the channel disconnected finds the count too.
+        if let (Some(slot), missed @ 1..) = (&self.missed_at_close, self.missed) {
+            slot.store(missed, Ordering::SeqCst);
+        }
+    }
 }
 
 pub(crate) struct StoreActor {
@@ -635,9 +651,17 @@ impl StoreActor {
                 );
                 out.release_unless_journaled(m);
             }
-            Command::Subscribe { events, reply } => {
+            Command::Subscribe {
+                events,
+                missed_at_close,
+                reply,
+            } => {
                 m.set_events_enabled(true);
-                out.subscribers.push(Subscriber { events, missed: 0 });
+                out.subscribers.push(Subscriber {
+                    events,
+                    missed: 0,
+                    missed_at_close,
+                });
                 out.answer(m, reply, Ok(()));
             }
             Command::Stats { reply } => {

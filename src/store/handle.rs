@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::ops::Deref;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -586,8 +587,31 @@ impl StoreHandle {
     /// about 10 ms even if the store has nothing else to do); it never slows the store
     /// down.
     pub fn subscribe(&self) -> Result<Receiver<StoreEvent>, StoreError> {
+        self.subscribe_with(None)
+    }
+
+    /// [`subscribe`](Self::subscribe), with the count of the events missed since the last
+    /// [`StoreEvent::Lagged`] when the store stops before it could send another: it is in
+    /// place once the channel is disconnected (0 when none were missed).
+    #[cfg(feature = "ffi")]
+    pub(crate) fn subscribe_counting_close(
+        &self,
+    ) -> Result<(Receiver<StoreEvent>, Arc<AtomicU64>), StoreError> {
+        let missed_at_close = Arc::new(AtomicU64::new(0));
+        let receiver = self.subscribe_with(Some(Arc::clone(&missed_at_close)))?;
+        Ok((receiver, missed_at_close))
+    }
+
+    fn subscribe_with(
+        &self,
+        missed_at_close: Option<Arc<AtomicU64>>,
+    ) -> Result<Receiver<StoreEvent>, StoreError> {
         let (events, receiver) = crossbeam_channel::bounded(self.event_buffer);
-        self.call(|reply| Command::Subscribe { events, reply })?;
+        self.call(|reply| Command::Subscribe {
+            events,
+            missed_at_close,
+            reply,
+        })?;
         Ok(receiver)
     }
 
