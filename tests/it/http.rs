@@ -2,7 +2,7 @@
 //! status and JSON-RPC error and the server keeps serving; 2025-11-25 sessions isolate
 //! their tasks; 2026-07-28 requests are stateless and checked against their routing headers.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,13 +32,16 @@ fn start() -> HttpServer {
 pub(crate) fn send(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let stream = write_request(addr, method, headers, body);
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        let reply = read_reply(stream);
-        if !turned_away(reply.status, &reply.body) || Instant::now() > deadline {
-            return reply;
+        let reply = try_write_request(addr, method, headers, body).and_then(|stream| {
+            stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+            raw_http::try_read_reply(&mut BufReader::new(stream))
+        });
+        match reply {
+            Ok(reply) if !turned_away(reply.status, &reply.body) => return reply,
+            Ok(reply) if Instant::now() > deadline => return reply,
+            Ok(_) => {}
+            Err(error) if turned_off(&error) && Instant::now() < deadline => {}
+            Err(error) => panic!("{method} {headers:?}: {error}"),
         }
     }
 }
@@ -51,6 +54,16 @@ fn turned_away(status: u16, body: &[u8]) -> bool {
     status == 503 && String::from_utf8_lossy(body).contains("too many connections")
 }
 
+/// Whether an exchange failed as one the accept loop turned away may: it answers 503 and
+/// closes at once, so writing the rest of the request can meet a broken pipe, and the
+/// answer can be lost to the reset. Such a request is sent again too.
+fn turned_off(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof
+    )
+}
+
 /// Opens a connection and sends one request on it, without waiting for the answer.
 pub(crate) fn write_request(
     addr: SocketAddr,
@@ -58,7 +71,17 @@ pub(crate) fn write_request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> TcpStream {
-    let mut stream = TcpStream::connect(addr).unwrap();
+    try_write_request(addr, method, headers, body).unwrap()
+}
+
+/// [`write_request`], an I/O error returned rather than a panic.
+fn try_write_request(
+    addr: SocketAddr,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> io::Result<TcpStream> {
+    let mut stream = TcpStream::connect(addr)?;
     let mut head = format!(
         "{method} /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
@@ -67,9 +90,9 @@ pub(crate) fn write_request(
         head.push_str(&format!("{name}: {value}\r\n"));
     }
     head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body).unwrap();
-    stream
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body)?;
+    Ok(stream)
 }
 
 /// Reads the answer to the request sent on `stream`.
@@ -1554,13 +1577,23 @@ fn listen_once(
     headers: &[(&str, &str)],
     body: &str,
 ) -> Option<Result<BufReader<TcpStream>, Value>> {
-    let stream = write_request(addr, "POST", headers, body.as_bytes());
+    // Turned away by the accept loop, the exchange may also break (see `turned_off`).
+    let stream = match try_write_request(addr, "POST", headers, body.as_bytes()) {
+        Ok(stream) => stream,
+        Err(error) if turned_off(&error) => return None,
+        Err(error) => panic!("{error}"),
+    };
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let mut answer = BufReader::new(stream);
     let mut line = String::new();
-    answer.read_line(&mut line).unwrap();
+    match answer.read_line(&mut line) {
+        Ok(0) => return None,
+        Ok(_) => {}
+        Err(error) if turned_off(&error) => return None,
+        Err(error) => panic!("{error}"),
+    }
     let status = line.starts_with("HTTP/1.1 503").then_some(503);
     assert!(
         line.starts_with("HTTP/1.1 200") || status.is_some(),

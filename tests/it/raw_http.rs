@@ -1,7 +1,7 @@
 //! HTTP responses as the transport's tests read them off a socket, byte for byte: no HTTP
 //! client library stands between a test and what the server sent.
 
-use std::io::BufRead;
+use std::io::{self, BufRead};
 
 use serde_json::Value;
 
@@ -66,8 +66,15 @@ impl Reply {
 
 /// Reads one response head (the status line and fields), interim or final.
 pub(crate) fn read_head(conn: &mut impl BufRead) -> Reply {
+    try_read_head(conn).unwrap()
+}
+
+/// [`read_head`], an I/O error returned rather than a panic.
+pub(crate) fn try_read_head(conn: &mut impl BufRead) -> io::Result<Reply> {
     let mut line = String::new();
-    conn.read_line(&mut line).unwrap();
+    if conn.read_line(&mut line)? == 0 {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
     let status = line
         .split(' ')
         .nth(1)
@@ -76,7 +83,7 @@ pub(crate) fn read_head(conn: &mut impl BufRead) -> Reply {
     let mut headers = Vec::new();
     loop {
         line.clear();
-        conn.read_line(&mut line).unwrap();
+        conn.read_line(&mut line)?;
         let line = line.trim_end();
         if line.is_empty() {
             break;
@@ -86,21 +93,26 @@ pub(crate) fn read_head(conn: &mut impl BufRead) -> Reply {
             .unwrap_or_else(|| panic!("not a header line: {line:?}"));
         headers.push((name.to_string(), value.trim().to_string()));
     }
-    Reply {
+    Ok(Reply {
         interim: Vec::new(),
         status,
         headers,
         body: Vec::new(),
-    }
+    })
 }
 
 /// Reads one response: its head, then the body its `Content-Length` frames, or everything
 /// up to the end of the stream when it has none (an answer that closes the connection);
 /// a 204 has none.
 pub(crate) fn read_reply(conn: &mut impl BufRead) -> Reply {
-    let mut reply = read_head(conn);
+    try_read_reply(conn).unwrap()
+}
+
+/// [`read_reply`], an I/O error returned rather than a panic.
+pub(crate) fn try_read_reply(conn: &mut impl BufRead) -> io::Result<Reply> {
+    let mut reply = try_read_head(conn)?;
     if reply.status == 204 {
-        return reply; // no body, and no length to say so (RFC 9110 §8.6)
+        return Ok(reply); // no body, and no length to say so (RFC 9110 §8.6)
     }
     match reply.header("Content-Length") {
         Some(length) => {
@@ -108,11 +120,11 @@ pub(crate) fn read_reply(conn: &mut impl BufRead) -> Reply {
                 .parse()
                 .unwrap_or_else(|_| panic!("a length that is no number: {reply:?}"));
             reply.body = vec![0; length];
-            conn.read_exact(&mut reply.body).unwrap();
+            conn.read_exact(&mut reply.body)?;
         }
         None => {
             let _ = conn.read_to_end(&mut reply.body);
         }
     }
-    reply
+    Ok(reply)
 }
