@@ -114,8 +114,66 @@ fn valid_id(id: &Value) -> bool {
     id.is_string() || id.as_i64().is_some()
 }
 
+/// Whether some object in the JSON `text` has two members of one name (names compared
+/// as decoded). Such a text is refused whole as unreadable (-32700): other readers take
+/// the first of the two where a `Value` keeps the last.
+fn names_a_member_twice(text: &str) -> bool {
+    /// Reads any JSON value, failing on the first object with a name seen twice.
+    struct Names;
+    impl<'de> serde::Deserialize<'de> for Names {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Names, D::Error> {
+            d.deserialize_any(Names)
+        }
+    }
+    impl<'de> serde::de::Visitor<'de> for Names {
+        type Value = Names;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Names, E> {
+            Ok(Names)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Names, E> {
+            Ok(Names)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Names, E> {
+            Ok(Names)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Names, E> {
+            Ok(Names)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Names, E> {
+            Ok(Names)
+        }
+        fn visit_unit<E>(self) -> Result<Names, E> {
+            Ok(Names)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Names, A::Error> {
+            while seq.next_element::<Names>()?.is_some() {}
+            Ok(Names)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Names, A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(name) = map.next_key::<String>()? {
+                if !seen.insert(name) {
+                    return Err(serde::de::Error::custom("a name twice"));
+                }
+                map.next_value::<Names>()?;
+            }
+            Ok(Names)
+        }
+    }
+    serde_json::from_str::<Names>(text).is_err() && serde_json::from_str::<Value>(text).is_ok()
+}
+
 /// What a line should get; `batches`: whether the connection takes batches.
 fn kind(text: &str, batches: bool) -> Kind {
+    if names_a_member_twice(text) {
+        return Kind::Malformed {
+            parse_error: true,
+            id: None,
+        };
+    }
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Array(items)) if batches => Kind::Batch {
             requests: items
