@@ -96,4 +96,61 @@ mod tests {
             vec![Err("too long"), Ok("ok".into()), Err("too long")]
         );
     }
+
+    #[test]
+    fn the_limit_is_inclusive_whether_a_line_comes_in_one_read_or_many() {
+        assert_eq!(
+            lines(b"01234\n012345\n", 5),
+            vec![Ok("01234".into()), Err("too long")]
+        );
+        let mut whole = io::BufReader::with_capacity(64, &b"012345\n01234\n"[..]);
+        let mut buf = Vec::new();
+        assert!(matches!(
+            read_line(&mut whole, &mut buf, 5),
+            Ok(Line::TooLong)
+        ));
+        assert!(matches!(
+            read_line(&mut whole, &mut buf, 5),
+            Ok(Line::Complete)
+        ));
+        assert_eq!(buf, b"01234");
+    }
+
+    /// Fails its first read with `error`, then reads `rest`.
+    struct FailsOnce<'a> {
+        error: Option<io::ErrorKind>,
+        rest: &'a [u8],
+    }
+
+    impl io::Read for FailsOnce<'_> {
+        fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+            if let Some(kind) = self.error.take() {
+                return Err(kind.into());
+            }
+            self.rest.read(out)
+        }
+    }
+
+    #[test]
+    fn an_interrupted_read_is_retried_and_any_other_error_returned() {
+        let mut buf = Vec::new();
+        let interrupted = FailsOnce {
+            error: Some(io::ErrorKind::Interrupted),
+            rest: b"ok\n",
+        };
+        let mut reader = io::BufReader::new(interrupted);
+        assert!(matches!(
+            read_line(&mut reader, &mut buf, 10),
+            Ok(Line::Complete)
+        ));
+        assert_eq!(buf, b"ok");
+
+        let broken = FailsOnce {
+            error: Some(io::ErrorKind::BrokenPipe),
+            rest: b"never read\n",
+        };
+        let mut reader = io::BufReader::new(broken);
+        let error = read_line(&mut reader, &mut buf, 10).err().map(|e| e.kind());
+        assert_eq!(error, Some(io::ErrorKind::BrokenPipe));
+    }
 }
