@@ -103,10 +103,35 @@ mod tests {
             ("=?base64?x?=", "=?base64?PT9iYXNlNjQ/eD89?="),
             ("a\0", "=?base64?YQA=?="),
             ("", ""),
+            // A space at either end is padding, not just at both.
+            ("trailing ", "=?base64?dHJhaWxpbmcg?="),
+            (" leading", "=?base64?IGxlYWRpbmc=?="),
+            // Only the whole encoded form looks encoded: its suffix alone does not, nor
+            // its prefix and suffix overlapping in fewer characters than both take.
+            ("really?=", "really?="),
+            ("is it done yet?=", "is it done yet?="),
+            ("=?base64?=", "=?base64?="),
         ];
         for (value, header) in cases {
             assert_eq!(encode(value), header, "{value:?}");
             assert_eq!(decode(header).as_deref(), Some(value), "{header:?}");
+        }
+    }
+
+    #[test]
+    fn a_token_is_one_or_more_tchars() {
+        for token in [
+            "Mcp-Name",
+            "GET",
+            "x",
+            "application",
+            "!#$%&'*+-.^_`|~",
+            "a1",
+        ] {
+            assert!(is_token(token), "{token:?}");
+        }
+        for not_token in ["", "a b", "Mcp-Name:", "a/b", "a\tb", "é", "(x)", "a\"b"] {
+            assert!(!is_token(not_token), "{not_token:?}");
         }
     }
 
