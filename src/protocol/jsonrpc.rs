@@ -427,6 +427,29 @@ mod tests {
     }
 
     #[test]
+    fn an_array_is_refused_as_a_batch_and_a_scalar_as_no_message() {
+        for text in ["[]", r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#] {
+            let rejected = parse_message(text).expect_err(text);
+            assert_eq!(rejected.error.code, INVALID_REQUEST, "{text}");
+            assert!(rejected.error.message.contains(BATCHES_REFUSED), "{text}");
+            assert_eq!(rejected.id, None, "{text}");
+        }
+        let rejected = parse_message("7").expect_err("a number");
+        assert_eq!(rejected.error.code, INVALID_REQUEST);
+        assert!(!rejected.error.message.contains(BATCHES_REFUSED));
+    }
+
+    #[test]
+    fn ids_and_errors_print_as_messages_quote_them() {
+        // An id shows as it was sent: a number bare, a string quoted (so `7` and `"7"`,
+        // two different ids, read differently in an error message or a log).
+        assert_eq!(RequestId::Number(-7).to_string(), "-7");
+        assert_eq!(RequestId::String("7".into()).to_string(), "\"7\"");
+        let error = RpcError::method_not_found("tasks/nope");
+        assert_eq!(error.to_string(), "Method not found: tasks/nope (-32601)");
+    }
+
+    #[test]
     fn a_request_it_cannot_read_is_answered_with_a_null_id() {
         for text in [
             r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
