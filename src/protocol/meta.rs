@@ -162,3 +162,25 @@ impl RequestMeta {
         method == "server/discover" || self.revision() == Revision::Sep2663
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_client_request_a_tool_may_send_needs_its_own_capability() {
+        assert_eq!(capability_for("elicitation/create"), Some("elicitation"));
+        assert_eq!(capability_for("sampling/createMessage"), Some("sampling"));
+        assert_eq!(capability_for("roots/list"), Some("roots"));
+        assert_eq!(capability_for("ping"), None);
+        // What SEP-2663 refuses a call for: the first method whose capability the
+        // request did not declare.
+        let declared = |c: &str| c == "elicitation";
+        let refused = sep2663::undeclared_input(["elicitation/create", "roots/list"], declared)
+            .expect("roots were not declared");
+        assert_eq!(
+            refused.data.unwrap()["requiredCapabilities"],
+            serde_json::json!({"roots": {}})
+        );
+    }
+}
