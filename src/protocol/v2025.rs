@@ -232,3 +232,32 @@ fn no_result(task: &Task, status: TaskStatus, expired: bool) -> RpcError {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn related_task_meta_names_the_task_under_the_spec_key() {
+        let id = TaskId::from_u128(0x5c1e_0000_0000_4000_8000_0000_0000_0001);
+        let expected =
+            json!({ RELATED_TASK: { "taskId": "5c1e0000-0000-4000-8000-000000000001" } });
+        assert_eq!(related_task(id), expected);
+        let result = with_related_task(json!({"content": []}), id);
+        assert_eq!(result["_meta"], expected);
+    }
+
+    #[test]
+    fn the_related_task_joins_what_meta_already_holds_and_replaces_what_is_no_object() {
+        let id = TaskId::from_u128(7);
+        let kept = with_related_task(json!({"_meta": {"progressToken": 3}}), id);
+        assert_eq!(kept["_meta"]["progressToken"], 3, "{kept}");
+        assert_eq!(
+            kept["_meta"][RELATED_TASK]["taskId"],
+            id.to_string(),
+            "{kept}"
+        );
+        let replaced = with_related_task(json!({"_meta": "junk"}), id);
+        assert_eq!(replaced["_meta"], related_task(id), "{replaced}");
+    }
+}
