@@ -152,3 +152,45 @@ fn dispatch_tasks_refuses_a_protocol_version_it_does_not_speak() {
     let answer = dispatch_tasks(&handle, None, &request.to_string()).unwrap();
     assert_eq!(answer["result"]["tasks"], json!([]), "{answer}");
 }
+
+/// What a host with its own transport asks before it serves `tasks/result` on the thread
+/// that read it: only a live task this session can see would block.
+#[test]
+fn result_would_block_only_for_a_live_task_the_session_can_see() {
+    use mcp_task_store::protocol::v2025::result_would_block;
+    use mcp_task_store::{CreateTask, SessionId, Store, TaskStatus};
+    let store = Store::builder().build().unwrap();
+    let handle = store.handle();
+    let params = |id: TaskId| Some(json!({"taskId": id.to_string()}));
+    let owner = SessionId::new("owner");
+    let mut create = CreateTask::new();
+    create.session = Some(owner.clone());
+    let live = handle.create(create).unwrap().task_id;
+    let ended = handle.create(CreateTask::new()).unwrap().task_id;
+    handle
+        .update_status(ended, None, TaskStatus::Completed, None)
+        .unwrap();
+    assert!(result_would_block(
+        &handle,
+        Some(&owner),
+        params(live).as_ref()
+    ));
+    assert!(!result_would_block(&handle, None, params(ended).as_ref()));
+    assert!(!result_would_block(
+        &handle,
+        None,
+        params(TaskId::random()).as_ref()
+    ));
+    let stranger = SessionId::new("stranger");
+    assert!(!result_would_block(
+        &handle,
+        Some(&stranger),
+        params(live).as_ref()
+    ));
+    assert!(!result_would_block(
+        &handle,
+        None,
+        Some(&json!({"taskId": 5}))
+    ));
+    assert!(!result_would_block(&handle, None, None));
+}
