@@ -493,6 +493,37 @@ fn a_task_runs_to_completion_and_its_result_carries_related_task_meta() {
     );
 }
 
+/// A task keeps the `tools/call` it came from, and which revision it was served under
+/// (what a store's `get_detail` and its journal show), for either revision.
+#[test]
+fn a_task_keeps_its_originating_call_and_the_revision_it_spoke() {
+    let mut h = Harness::new();
+    let store = h.server.store();
+    let origin = |id: &str| {
+        let id = mcp_task_store::TaskId::parse(id).expect("a task id");
+        let detail = store.get_detail(id, None).expect("the task");
+        detail.origin.expect("an origin").to_value()
+    };
+    let arguments = json!({"ms": 0});
+    let id = h.start_any("sleep", arguments.clone());
+    assert_eq!(
+        origin(&id),
+        json!({
+            "method": "tools/call",
+            "params": {"name": "sleep", "arguments": arguments, "task": {"ttl": 60000}},
+            "revision": "2025-11-25",
+        })
+    );
+    let created = h.call_2026("progress", json!({}), true);
+    let id = created["result"]["taskId"]
+        .as_str()
+        .expect("a task")
+        .to_owned();
+    let recorded = origin(&id);
+    assert_eq!(recorded["revision"], "sep-2663", "{recorded}");
+    assert_eq!(recorded["params"]["name"], "progress", "{recorded}");
+}
+
 #[test]
 fn tasks_result_on_a_finished_task_is_answered_while_every_waiting_place_is_taken() {
     use mcp_task_store::{CreateTask, Outcome, TaskStatus};
