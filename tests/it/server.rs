@@ -1230,6 +1230,36 @@ fn cancelling_a_task_abandons_its_pending_elicitation() {
     );
 }
 
+/// A task's end drops only its own requests to the client: another task's question,
+/// asked before, is still answered and its tool gets the answer.
+#[test]
+fn a_task_that_ends_leaves_other_tasks_questions_waiting() {
+    let mut h = Harness::new();
+    let events = h.server.store().subscribe().unwrap();
+    h.initialize(json!({"elicitation": {}}));
+    let ended = h.start("ask", json!({"question": "first?"}));
+    h.next_outgoing("elicitation/create");
+    let waiting = h.start("ask", json!({"question": "second?"}));
+    let question = h.next_outgoing("elicitation/create");
+    assert_eq!(
+        question["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        waiting.as_str()
+    );
+    h.result("tasks/cancel", json!({"taskId": ended}));
+    // Every event so far handled before the answer comes (deterministic: no pump).
+    for event in events.try_iter() {
+        h.connection.handle_store_event(&event);
+    }
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"],
+                        "result": {"action": "accept", "content": {"answer": "yes"}}});
+    h.connection.handle_text(
+        &answer.to_string(),
+        Box::new(|_| panic!("a response gets no response")),
+    );
+    let result = h.result("tasks/result", json!({"taskId": waiting}));
+    assert_eq!(result["content"][0]["text"], "answer: yes", "{result}");
+}
+
 #[test]
 fn a_tool_waiting_for_the_client_is_freed_when_its_task_ends_even_if_the_event_is_lost() {
     // No store events reach this connection at all (nothing pumps them): the task's end
@@ -2705,6 +2735,36 @@ fn lost_events_cost_one_lookup_per_followed_task() {
         .filter(|m| m["params"]["status"] == "cancelled" && m["params"]["taskId"] == ids[0])
         .count();
     assert_eq!(cancelled, 8, "{sent:#?}");
+}
+
+/// A followed task that expires and is removed is dropped from the subscription, which
+/// ends once it follows nothing else (the task's failure was never reported: its event
+/// is not fed here, as when it was lost before the removal).
+#[test]
+fn a_subscription_ends_when_its_task_expires_and_is_gone() {
+    let clock = ManualClock::new();
+    let owned = Store::builder()
+        .clock(clock.clone())
+        .default_ttl(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let mut h = Harness::with_store(Some(owned.handle()), 100);
+    h._store = Some(owned);
+    let id = h.task_2026_id("sleep_required", json!({"ms": 600_000}));
+    h.listen("L", json!({"taskIds": [id]}));
+    assert_eq!(h.sent().len(), 2);
+    clock.advance(Duration::from_secs(1));
+    clock.advance(Duration::from_secs(31));
+    let response = h.task_2026("tasks/get", json!({"taskId": id}));
+    assert_eq!(response["error"]["code"], -32602, "gone: {response}");
+    h.connection.handle_store_event(&StoreEvent::Expired {
+        task_id: id.parse().unwrap(),
+        session: None,
+    });
+    let sent = h.sent();
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    assert_eq!(sent[0]["id"], "L");
+    assert_eq!(sent[0]["result"]["resultType"], "complete", "{sent:#?}");
 }
 
 #[test]
