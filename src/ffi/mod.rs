@@ -86,3 +86,14 @@ pub use store::{
     mcpts_handle_update_status, mcpts_handle_wait, mcpts_handle_wait_input, mcpts_store,
     mcpts_store_free, mcpts_store_handle, mcpts_store_new, MCPTS_WAIT_FOREVER,
 };
+
+/// The header promises C hosts that every opaque type may cross threads and that handles,
+/// subscriptions, stores and buffers may be used from several threads at once. A field
+/// that broke that (an `Rc`, a `Cell`) must fail the build, not a host at run time.
+const _: () = {
+    const fn shared_across_threads<T: Send + Sync>() {}
+    shared_across_threads::<mcpts_store>();
+    shared_across_threads::<mcpts_handle>();
+    shared_across_threads::<mcpts_events>();
+    shared_across_threads::<mcpts_bytes>();
+};
