@@ -196,6 +196,7 @@ impl Journal {
         };
         self.log = new_log;
         self.legacy_log = false;
+        self.seq_written = self.seq_written.max(next_seq);
         self.generation = next;
         self.older_bytes = self.older_bytes.saturating_add(self.log_bytes);
         self.log_bytes = header_bytes;

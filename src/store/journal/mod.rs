@@ -194,6 +194,9 @@ pub(crate) struct Journal {
     rewrite: bool,
     /// After a failed compaction: no new attempt before the log holds this many bytes.
     retry_at: u64,
+    /// The first sequence number recovery would give out from what is written so far
+    /// (headers and task records included, the current batch too).
+    seq_written: u64,
 }
 
 impl Drop for Journal {
@@ -964,6 +967,7 @@ impl Journal {
             // by an upgrade's compaction cut short) is never written again.
             legacy_log: log_version.is_some_and(|v| v < VERSION),
             retry_at: 0,
+            seq_written: recovered.next_seq,
         };
         Ok((journal, recovered))
     }
@@ -978,7 +982,49 @@ impl Journal {
         self.batch
             .push(if self.batch.is_empty() { b'[' } else { b',' });
         serde_json::to_writer(&mut self.batch, record)?;
+        self.note_seq(record);
         Ok(())
+    }
+
+    /// Whether records wait in the current batch for [`commit`](Self::commit).
+    pub(crate) fn has_batch(&self) -> bool {
+        !self.batch.is_empty()
+    }
+
+    /// Makes sure recovery gives out no sequence number below `next_seq`: appends a header
+    /// carrying it to the batch when nothing written says so already.
+    ///
+    /// A task created and removed within one batch writes nothing (see
+    /// [`Change::then`](crate::store::Change)), so the number it took is known only to the
+    /// running store. A list page served in that batch may end on the task, and its cursor
+    /// names that number: after a restart the next task would take the number again and
+    /// sort next to the cursor, where a client paging on from it could miss it. A header
+    /// in the middle of a log is what a salvage appends too; recovery takes the largest
+    /// `next_seq` it reads.
+    pub(crate) fn keep_seq(&mut self, next_seq: u64, cursor_key: u64) -> io::Result<()> {
+        // A log of an older format is never appended a header of this one: the next start
+        // would take the whole log for this format. Its compaction, due at once, writes
+        // the number into the new log's header.
+        if next_seq <= self.seq_written || self.legacy_log {
+            return Ok(());
+        }
+        self.append(&Record::Header {
+            version: VERSION,
+            generation: self.generation,
+            cursor_key,
+            next_seq,
+            tasks: None,
+        })
+    }
+
+    /// Follows the sequence numbers `record` tells recovery of.
+    fn note_seq(&mut self, record: &Record) {
+        let next = match record {
+            Record::Header { next_seq, .. } => *next_seq,
+            Record::Put(task) => task.seq.saturating_add(1),
+            Record::Remove { .. } | Record::End { .. } => return,
+        };
+        self.seq_written = self.seq_written.max(next);
     }
 
     /// Writes the batch as one frame and makes it as durable as the configuration asks. An
@@ -1020,6 +1066,7 @@ impl Journal {
         let payload = serde_json::to_vec(record)?;
         let written = frame::write_frame(&mut self.log, &payload).map_err(self.log_error())?;
         self.log_bytes += written as u64;
+        self.note_seq(record);
         Ok(())
     }
 
