@@ -444,7 +444,7 @@ fn remove_durably(dir: &Path, path: &Path) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     //! The journal alone, driven the way the owner thread drives it, against a model of
     //! the live tasks: whatever the interleaving of changes, walk turns, finishes and
     //! crashes, recovery finds exactly the model.
@@ -481,7 +481,8 @@ mod tests {
         ]
     }
 
-    fn task(seq: u64) -> TaskRecord {
+    /// A running task with sequence number `seq` and an origin naming it.
+    pub(in crate::store::journal) fn task(seq: u64) -> TaskRecord {
         TaskRecord {
             id: TaskId::random(),
             seq,

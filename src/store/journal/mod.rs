@@ -172,6 +172,11 @@ pub(crate) struct Journal {
     /// The batch being appended: a JSON array of records, written as one frame by
     /// [`commit`](Journal::commit).
     batch: Vec<u8>,
+    /// The parts of a batch too large for one frame that are closed already (each a JSON
+    /// array of records), written before `batch`.
+    sealed: Vec<Vec<u8>>,
+    /// [`FRAME_LIMIT`]; smaller in tests.
+    frame_limit: usize,
     /// The compaction under way, if any (see [`compaction`]).
     compaction: Option<compaction::Compaction>,
     /// An exclusive lock on `LOCK` in the directory, held while the journal lives: a second
@@ -223,6 +228,10 @@ fn at(path: &Path) -> impl FnOnce(io::Error) -> io::Error + '_ {
 
 /// A batch buffer larger than this is not kept for reuse after its batch.
 const BATCH_KEEP: usize = 1024 * 1024;
+
+/// The largest payload a frame holds (its length is 32 bits). A batch beyond it is written
+/// as several frames (see [`Journal::append`]).
+const FRAME_LIMIT: usize = u32::MAX as usize;
 
 fn io_error(path: &Path, what: &str, e: io::Error) -> StoreError {
     StoreError::Journal(format!("{what} {}: {e}", path.display()))
@@ -959,6 +968,8 @@ impl Journal {
             older_bytes,
             base_bytes,
             batch: Vec::new(),
+            sealed: Vec::new(),
+            frame_limit: FRAME_LIMIT,
             compaction: None,
             _lock: lock,
             legacy: recovered.legacy,
@@ -978,11 +989,28 @@ impl Journal {
     }
 
     /// Appends a record to the current batch (written by [`commit`](Self::commit)).
+    ///
+    /// A batch that outgrows one frame goes out in several, each closed before the record
+    /// that would not fit, rather than stopping the store (a few hundred commands storing
+    /// results of some megabytes each get there). Replayed alone, the first parts still
+    /// give each task a whole state: a task has one record per batch. Nothing of the batch
+    /// is acknowledged before its last part is durable, and under `Fsync` each part is
+    /// synced before the next is written, so only the last frame written can be torn.
+    /// A single record over the limit cannot be split: it fails the commit.
     pub(crate) fn append(&mut self, record: &Record) -> io::Result<()> {
-        self.batch
-            .push(if self.batch.is_empty() { b'[' } else { b',' });
+        let start = self.batch.len();
+        self.batch.push(if start == 0 { b'[' } else { b',' });
         serde_json::to_writer(&mut self.batch, record)?;
         self.note_seq(record);
+        // One byte for the `]` that closes the part.
+        if self.batch.len() >= self.frame_limit && start > 0 {
+            let record = self.batch.split_off(start + 1);
+            self.batch[start] = b']';
+            self.sealed.push(std::mem::take(&mut self.batch));
+            self.batch.reserve(record.len() + 1);
+            self.batch.push(b'[');
+            self.batch.extend_from_slice(&record);
+        }
         Ok(())
     }
 
@@ -1040,6 +1068,13 @@ impl Journal {
     }
 
     fn write_batch(&mut self) -> io::Result<()> {
+        for part in std::mem::take(&mut self.sealed) {
+            self.log_bytes += frame::write_frame(&mut self.log, &part)? as u64;
+            if self.config.durability == Durability::Fsync {
+                self.log.flush()?;
+                self.log.get_ref().sync_data()?;
+            }
+        }
         if !self.batch.is_empty() {
             self.batch.push(b']');
             let written = frame::write_frame(&mut self.log, &self.batch);
@@ -1150,6 +1185,37 @@ mod tests {
         SYNCED_DIRS.with(|synced| synced.borrow_mut().clear());
         drop(Journal::open(config).unwrap());
         SYNCED_DIRS.with(|synced| synced.take())
+    }
+
+    /// A batch too large for one frame is written in several, and read back whole: the
+    /// store does not stop on a batch of many large results (a frame's length is 32 bits).
+    #[test]
+    fn a_batch_larger_than_a_frame_is_written_in_several() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = JournalConfig::new(dir.path());
+        let (mut journal, _) = Journal::open(&config).unwrap();
+        journal.write_header(7, 0).unwrap();
+        // About three records per frame.
+        let record_bytes = serde_json::to_vec(&Record::Put(compaction::tests::task(0)))
+            .unwrap()
+            .len();
+        journal.frame_limit = record_bytes * 3 + 16;
+        let tasks: Vec<TaskRecord> = (0..10).map(compaction::tests::task).collect();
+        for task in &tasks {
+            journal.append(&Record::Put(task.clone())).unwrap();
+        }
+        journal.commit().unwrap();
+        let limit = journal.frame_limit;
+        drop(journal);
+        let bytes = fs::read(log_path(dir.path(), 0)).unwrap();
+        let (frames, _) = frame::read_frames(&bytes).unwrap();
+        // The header, then the batch in parts, none over the limit.
+        assert_eq!(frames.len(), 1 + 4, "{} frames", frames.len());
+        assert!(frames.iter().all(|f| f.len() <= limit));
+        let (_, recovered) = Journal::open(&config).unwrap();
+        let ids: Vec<TaskId> = recovered.tasks.iter().map(|t| t.id).collect();
+        assert_eq!(ids, tasks.iter().map(|t| t.id).collect::<Vec<_>>());
+        assert_eq!(recovered.next_seq, 10);
     }
 
     /// The lock is kept from forked children from the moment it is taken, not only once
