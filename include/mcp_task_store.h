@@ -140,7 +140,8 @@ typedef struct mcpts_bytes mcpts_bytes;
  * A subscription to one store's events (opaque), from [`mcpts_handle_subscribe`]. Read
  * it with [`mcpts_events_next`]; release it with [`mcpts_events_free`]. It stays valid
  * after its store is freed: the events still queued can be read (and a `lagged` event
- * for those it missed), then every read gives `MCPTS_RESULT_CLOSED`.
+ * for those it missed), then every read gives `MCPTS_RESULT_CLOSED`. A host stops its
+ * readers with [`mcpts_events_close`].
  */
 typedef struct mcpts_events mcpts_events;
 
@@ -274,9 +275,12 @@ mcpts_result mcpts_handle_subscribe(const mcpts_handle *handle, mcpts_events **e
  * still handed out, then a `lagged` event if the subscription had missed some since the
  * last one; after that every call returns `CLOSED` at once. A thread
  * blocked here when the store is freed wakes with `CLOSED` (or the events queued first).
+ * Once the host closes the subscription ([`mcpts_events_close`]), every call returns
+ * `CLOSED` at once, events queued or not, and a thread blocked here wakes with it.
  *
  * Errors: `NULL_PARAMETER`, `TIMEOUT`, `CLOSED` (the store is gone and every event has
- * been read; at once, whatever is queued, in a child forked from the store's process).
+ * been read; at once, whatever is queued, when the subscription was closed or in a child
+ * forked from the store's process).
  *
  * Thread safety: any thread, also several at once on the same `events`: each event goes
  * to exactly one of them, so only a single reader sees them all in order. Blocks only the
@@ -289,13 +293,30 @@ mcpts_result mcpts_handle_subscribe(const mcpts_handle *handle, mcpts_events **e
 mcpts_result mcpts_events_next(const mcpts_events *events, uint64_t timeout_ms, mcpts_bytes **event_out);
 
 /**
+ * Closes a subscription for its readers: from now on every [`mcpts_events_next`] on it
+ * returns `CLOSED` at once, and every thread blocked in one wakes with `CLOSED`. This is
+ * how a host stops a reader thread that waits with [`MCPTS_WAIT_FOREVER`] without
+ * freeing the store; once the readers have returned, free the subscription with
+ * [`mcpts_events_free`] (the store goes on queueing events for it until then, up to its
+ * buffer). Closing again, or a NULL, does nothing; so does a call in a child forked from
+ * the store's process.
+ *
+ * Thread safety: any thread, also while other threads read or close the same `events`.
+ *
+ * # Safety
+ *
+ * `events` must be NULL or live.
+ */
+void mcpts_events_close(const mcpts_events *events);
+
+/**
  * Ends a subscription and frees it, with any events still queued. NULL is a no-op. The
  * store keeps running and forgets the subscription at its next event; freeing after the
  * store is fine (and required). In a forked child it returns at once and releases
  * nothing, like [`mcpts_handle_free`].
  *
  * Thread safety: any thread, but no other thread may be using this `events` pointer (not
- * even blocked in [`mcpts_events_next`]).
+ * even blocked in [`mcpts_events_next`]: [`mcpts_events_close`] wakes such readers).
  *
  * # Safety
  *

@@ -816,8 +816,8 @@ fn dispatch_on_thread(
     outcome
 }
 
-/// Waits up to 10 s for a dispatch thread's outcome; `None` if it is still blocked.
-fn join_within<T>(outcome: std::sync::mpsc::Receiver<T>) -> Option<T> {
+/// Waits up to 10 s for a thread's outcome; `None` if it is still blocked.
+fn join_within<T>(outcome: &std::sync::mpsc::Receiver<T>) -> Option<T> {
     outcome
         .recv_timeout(std::time::Duration::from_secs(10))
         .ok()
@@ -835,7 +835,7 @@ fn dispatch_timeout_bounds_tasks_result() {
             id.to_str().unwrap()
         )
     };
-    let Some((code, response)) = join_within(dispatch_on_thread(&f, request(1), 50)) else {
+    let Some((code, response)) = join_within(&dispatch_on_thread(&f, request(1), 50)) else {
         panic!("tasks/result with a 50 ms timeout was still waiting after 10 s");
     };
     assert_eq!(code, mcpts_result::Ok);
@@ -848,7 +848,7 @@ fn dispatch_timeout_bounds_tasks_result() {
     );
 
     // 0 answers at once; the task is still there, still working.
-    let Some((code, response)) = join_within(dispatch_on_thread(&f, request(2), 0)) else {
+    let Some((code, response)) = join_within(&dispatch_on_thread(&f, request(2), 0)) else {
         panic!("tasks/result with a 0 ms timeout was still waiting after 10 s");
     };
     assert_eq!(code, mcpts_result::Ok);
@@ -876,7 +876,7 @@ fn dispatch_timeout_bounds_tasks_result() {
         );
         take_json(task);
     }
-    let (code, response) = join_within(waiter).expect("tasks/result did not see the result");
+    let (code, response) = join_within(&waiter).expect("tasks/result did not see the result");
     assert_eq!(code, mcpts_result::Ok);
     assert_eq!(
         response.unwrap()["result"]["content"],
@@ -1134,14 +1134,14 @@ fn events_reader_blocked_when_the_store_is_freed_gets_closed() {
         let _ = done.send((code, last_error(), kinds));
     });
     f.create();
-    join_within(was_read).expect("the reader did not get the created event within 10 s");
+    join_within(&was_read).expect("the reader did not get the created event within 10 s");
     // The reader is on its way back into `mcpts_events_next`, with nothing queued. Whether
     // it blocks there before the store is freed (the case this test is after) or only
     // gets there after, it reads `CLOSED` with the same message: a freed store's
     // subscription with an empty queue answers that at once.
     drop(f);
     let (code, message, kinds) =
-        join_within(outcome).expect("a reader was still blocked 10 s after the store was freed");
+        join_within(&outcome).expect("a reader was still blocked 10 s after the store was freed");
     assert_eq!(code, mcpts_result::Closed, "{message}");
     assert_eq!(
         message,
@@ -1154,6 +1154,61 @@ fn events_reader_blocked_when_the_store_is_freed_gets_closed() {
             next_event(events, MCPTS_WAIT_FOREVER),
             Err(mcpts_result::Closed)
         );
+        mcpts_events_free(events);
+    }
+}
+
+/// Closing a subscription wakes the readers blocked on it without a timeout, with
+/// `CLOSED`, while the store keeps serving: how a host stops a reader thread it no longer
+/// needs. Every later read is `CLOSED` at once, events queued or not.
+#[test]
+fn closing_a_subscription_wakes_its_readers_and_leaves_the_store_running() {
+    let f = Fixture::new();
+    let events = subscribe(&f);
+    let events_addr = events as usize;
+    let (done, outcome) = std::sync::mpsc::channel();
+    let (read, was_read) = std::sync::mpsc::channel();
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (done, read) = (done.clone(), read.clone());
+            std::thread::spawn(move || {
+                let events = events_addr as *const mcpts_events;
+                // SAFETY: the subscription is freed only after every reader reports.
+                let code = loop {
+                    match unsafe { next_event(events, MCPTS_WAIT_FOREVER) } {
+                        Ok(_) => {
+                            let _ = read.send(());
+                        }
+                        Err(code) => break code,
+                    }
+                };
+                let _ = done.send((code, last_error()));
+            })
+        })
+        .collect();
+    f.create();
+    join_within(&was_read).expect("no reader got the created event within 10 s");
+    // Whether they are blocked by now (the case this test is after) or get there after,
+    // the readers read `CLOSED`: a closed subscription answers that at once.
+    // SAFETY: live until freed below.
+    unsafe { mcpts_events_close(events) };
+    for _ in &readers {
+        let (code, message) =
+            join_within(&outcome).expect("a reader was still blocked 10 s after the close");
+        assert_eq!(code, mcpts_result::Closed, "{message}");
+        assert_eq!(message, "the subscription was closed (mcpts_events_close)");
+    }
+    for reader in readers {
+        reader.join().unwrap();
+    }
+    // The store still serves, and events queued after the close are not handed out.
+    f.create();
+    // SAFETY: the readers are done; closed again (a no-op), then freed once, here.
+    unsafe {
+        assert_eq!(next_event(events, 0), Err(mcpts_result::Closed));
+        assert_eq!(next_event(events, 1000), Err(mcpts_result::Closed));
+        mcpts_events_close(events);
+        mcpts_events_close(ptr::null());
         mcpts_events_free(events);
     }
 }

@@ -2,8 +2,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
+use parking_lot::Mutex;
 use serde::Serialize;
 
 use super::args::{arg_ref, Out};
@@ -17,7 +19,8 @@ use crate::{SessionId, StoreEvent, Task, TaskId};
 /// A subscription to one store's events (opaque), from [`mcpts_handle_subscribe`]. Read
 /// it with [`mcpts_events_next`]; release it with [`mcpts_events_free`]. It stays valid
 /// after its store is freed: the events still queued can be read (and a `lagged` event
-/// for those it missed), then every read gives `MCPTS_RESULT_CLOSED`.
+/// for those it missed), then every read gives `MCPTS_RESULT_CLOSED`. A host stops its
+/// readers with [`mcpts_events_close`].
 #[derive(Debug)]
 pub struct mcpts_events {
     events: Receiver<StoreEvent>,
@@ -25,6 +28,41 @@ pub struct mcpts_events {
     /// after the events still queued.
     missed_at_close: Arc<AtomicU64>,
     owner: Arc<Owner>,
+    /// Nothing is ever sent on it: [`mcpts_events_close`] drops it, which wakes every
+    /// reader waiting on `closed`.
+    open: Mutex<Option<Sender<()>>>,
+    /// Disconnected once the host closed the subscription.
+    closed: Receiver<()>,
+}
+
+impl mcpts_events {
+    /// Whether the host closed the subscription.
+    fn is_closed(&self) -> bool {
+        matches!(self.closed.try_recv(), Err(TryRecvError::Disconnected))
+    }
+
+    /// The next event, waiting up to `wait` (`None`: for ever) unless the host closes the
+    /// subscription meanwhile (`Ok(None)`).
+    fn recv(&self, wait: Option<Duration>) -> Result<Option<StoreEvent>, RecvTimeoutError> {
+        let mut select = Select::new();
+        let event = select.recv(&self.events);
+        select.recv(&self.closed);
+        let ready = match wait {
+            None => select.select(),
+            Some(wait) => select
+                .select_timeout(wait)
+                .map_err(|_| RecvTimeoutError::Timeout)?,
+        };
+        if ready.index() == event {
+            ready
+                .recv(&self.events)
+                .map(Some)
+                .map_err(|_| RecvTimeoutError::Disconnected)
+        } else {
+            let _ = ready.recv(&self.closed);
+            Ok(None)
+        }
+    }
 }
 
 /// The JSON shape of an event: `{"type": "created" | "status" | "expired" | "lagged", ...}`.
@@ -78,6 +116,14 @@ fn drained() -> Error {
     )
 }
 
+/// `CLOSED` for a subscription the host closed.
+fn closed_by_host() -> Error {
+    Error::new(
+        mcpts_result::Closed,
+        "the subscription was closed (mcpts_events_close)",
+    )
+}
+
 /// Subscribes to the store's events and writes the new subscription to `*events_out`;
 /// read it with [`mcpts_events_next`], free it with [`mcpts_events_free`].
 ///
@@ -106,10 +152,13 @@ pub unsafe extern "C" fn mcpts_handle_subscribe(
         let handle = unsafe { arg_ref(handle, "handle") }?;
         let events_out = Out::new(events_out, "events_out")?;
         let (events, missed_at_close) = handle.live()?.subscribe_counting_close()?;
+        let (open, closed) = crossbeam_channel::bounded(0);
         let events = mcpts_events {
             events,
             missed_at_close,
             owner: Arc::clone(&handle.owner),
+            open: Mutex::new(Some(open)),
+            closed,
         };
         // SAFETY: per this function's contract.
         unsafe { events_out.write(Box::new(events)) };
@@ -137,9 +186,12 @@ pub unsafe extern "C" fn mcpts_handle_subscribe(
 /// still handed out, then a `lagged` event if the subscription had missed some since the
 /// last one; after that every call returns `CLOSED` at once. A thread
 /// blocked here when the store is freed wakes with `CLOSED` (or the events queued first).
+/// Once the host closes the subscription ([`mcpts_events_close`]), every call returns
+/// `CLOSED` at once, events queued or not, and a thread blocked here wakes with it.
 ///
 /// Errors: `NULL_PARAMETER`, `TIMEOUT`, `CLOSED` (the store is gone and every event has
-/// been read; at once, whatever is queued, in a child forked from the store's process).
+/// been read; at once, whatever is queued, when the subscription was closed or in a child
+/// forked from the store's process).
 ///
 /// Thread safety: any thread, also several at once on the same `events`: each event goes
 /// to exactly one of them, so only a single reader sees them all in order. Blocks only the
@@ -167,21 +219,53 @@ pub unsafe extern "C" fn mcpts_events_next(
             0 => Err(drained()),
             missed => Ok(StoreEvent::Lagged { missed }),
         };
+        if events.is_closed() {
+            return Err(closed_by_host());
+        }
         let event = match timeout(timeout_ms) {
-            None => events.events.recv().or_else(|_| after_the_last()),
             Some(wait) if wait.is_zero() => events.events.try_recv().or_else(|e| match e {
                 TryRecvError::Empty => Err(no_event()),
                 TryRecvError::Disconnected => after_the_last(),
             }),
-            Some(wait) => events.events.recv_timeout(wait).or_else(|e| match e {
-                RecvTimeoutError::Timeout => Err(no_event()),
-                RecvTimeoutError::Disconnected => after_the_last(),
-            }),
+            wait => match events.recv(wait) {
+                Ok(Some(event)) => Ok(event),
+                Ok(None) => Err(closed_by_host()),
+                Err(RecvTimeoutError::Timeout) => Err(no_event()),
+                Err(RecvTimeoutError::Disconnected) => after_the_last(),
+            },
         }?;
         let bytes = mcpts_bytes::json(&EventJson::from(&event))?;
         // SAFETY: per this function's contract.
         unsafe { event_out.write(bytes) };
         Ok(())
+    })
+}
+
+/// Closes a subscription for its readers: from now on every [`mcpts_events_next`] on it
+/// returns `CLOSED` at once, and every thread blocked in one wakes with `CLOSED`. This is
+/// how a host stops a reader thread that waits with [`MCPTS_WAIT_FOREVER`] without
+/// freeing the store; once the readers have returned, free the subscription with
+/// [`mcpts_events_free`] (the store goes on queueing events for it until then, up to its
+/// buffer). Closing again, or a NULL, does nothing; so does a call in a child forked from
+/// the store's process.
+///
+/// Thread safety: any thread, also while other threads read or close the same `events`.
+///
+/// # Safety
+///
+/// `events` must be NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn mcpts_events_close(events: *const mcpts_events) {
+    ffi_boundary!(default = (); {
+        // SAFETY: NULL or live, per the contract.
+        let Some(events) = (unsafe { events.as_ref() }) else {
+            return;
+        };
+        if events.owner.forked() {
+            // The lock may have been held by a parent thread at the fork.
+            return;
+        }
+        drop(events.open.lock().take());
     })
 }
 
@@ -191,7 +275,7 @@ pub unsafe extern "C" fn mcpts_events_next(
 /// nothing, like [`mcpts_handle_free`].
 ///
 /// Thread safety: any thread, but no other thread may be using this `events` pointer (not
-/// even blocked in [`mcpts_events_next`]).
+/// even blocked in [`mcpts_events_next`]: [`mcpts_events_close`] wakes such readers).
 ///
 /// # Safety
 ///

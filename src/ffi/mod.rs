@@ -51,7 +51,8 @@
 //! the store: a reader that falls behind misses events and is told how many. It outlives
 //! its store like a handle: once the store is freed, the events still queued are read
 //! first (then a `lagged` event if it had missed some), then every read gives
-//! `MCPTS_RESULT_CLOSED`, and a reader blocked at that moment wakes.
+//! `MCPTS_RESULT_CLOSED`, and a reader blocked at that moment wakes. A host stops a
+//! reader without freeing the store with [`mcpts_events_close`].
 //!
 //! A store belongs to the process that created it. `fork()` copies the store into the
 //! child but not its owner thread (Python's `multiprocessing` forks by default on Linux),
@@ -77,7 +78,9 @@ mod store;
 
 pub use bytes::{mcpts_bytes, mcpts_bytes_data, mcpts_bytes_free, mcpts_bytes_len};
 pub use error::{mcpts_last_error, mcpts_result, mcpts_result_name};
-pub use events::{mcpts_events, mcpts_events_free, mcpts_events_next, mcpts_handle_subscribe};
+pub use events::{
+    mcpts_events, mcpts_events_close, mcpts_events_free, mcpts_events_next, mcpts_handle_subscribe,
+};
 pub use store::{
     mcpts_handle, mcpts_handle_cancel, mcpts_handle_clone, mcpts_handle_create,
     mcpts_handle_dispatch, mcpts_handle_dispatch_timeout, mcpts_handle_free, mcpts_handle_get,

@@ -553,6 +553,26 @@ int main(void) {
     mcpts_handle_free(h3);
     mcpts_store_free(store2);
 
+    /* closing a subscription wakes its blocked reader with CLOSED; the store goes on */
+    mcpts_events *closing = NULL;
+    OK(mcpts_handle_subscribe(h2, &closing));
+    struct reader stopped = {closing, 0, MCPTS_RESULT_OK};
+    pthread_t stopping;
+    CHECK(pthread_create(&stopping, NULL, read_until_closed, &stopped) == 0);
+    char e[37];
+    create_task(h, "{}", e);
+    SPIN_UNTIL(atomic_load(&stopped.seen) == 1, "the reader did not get its event");
+    mcpts_events_close(closing);
+    CHECK(pthread_join(stopping, NULL) == 0);
+    if (stopped.result != MCPTS_RESULT_CLOSED)
+        FAIL("closed reader got %s", mcpts_result_name(stopped.result));
+    create_task(h, "{}", e);
+    EXPECT(MCPTS_RESULT_CLOSED, mcpts_events_next(closing, 0, &event));
+    MENTIONS("mcpts_events_close");
+    mcpts_events_close(closing);
+    mcpts_events_close(NULL);
+    mcpts_events_free(closing);
+
     /* freeing the store wakes a blocked waiter and a blocked event reader with CLOSED
        (the reader after the one event queued for it) ... */
     mcpts_events *late = NULL;

@@ -51,6 +51,7 @@ def load(path):
         "mcpts_handle_stats": (u32, [h, ctypes.POINTER(b)]),
         "mcpts_handle_subscribe": (u32, [h, ctypes.POINTER(e)]),
         "mcpts_events_next": (u32, [e, u64, ctypes.POINTER(b)]),
+        "mcpts_events_close": (None, [e]),
         "mcpts_events_free": (None, [e]),
         "mcpts_bytes_data": (ctypes.c_void_p, [b]),
         "mcpts_bytes_len": (size, [b]),
