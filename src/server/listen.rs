@@ -517,11 +517,22 @@ impl Subscriptions {
 
     /// Ends subscription `key` (its client left: `Silent`; the server stops: `Graceful`).
     pub(crate) fn close(&self, key: ListenKey, ending: Ending) {
-        if let Some(listen) = self.remove(key) {
-            if ending == Ending::Silent {
-                // Before the lock, which a message waiting for room holds.
+        self.close_each([key], ending);
+    }
+
+    /// Ends subscriptions `keys`. Silently, every one is halted before any is locked: one
+    /// report holds all the subscriptions following its task, and once the first it waits
+    /// for room for is halted it waits for room for the next, which must not be waiting to
+    /// be halted until that report lets go of the first.
+    fn close_each(&self, keys: impl IntoIterator<Item = ListenKey>, ending: Ending) {
+        let listens: Vec<Arc<Listen>> = keys.into_iter().filter_map(|k| self.remove(k)).collect();
+        if ending == Ending::Silent {
+            // Before the locks, which a message waiting for room holds.
+            for listen in &listens {
                 listen.halt();
             }
+        }
+        for listen in &listens {
             listen.end(&mut listen.state.lock(), ending);
         }
     }
@@ -538,10 +549,9 @@ impl Subscriptions {
                 .map(|(key, _)| *key)
                 .collect()
         };
-        for &key in &keys {
-            self.close(key, Ending::Silent);
-        }
-        !keys.is_empty()
+        let found = !keys.is_empty();
+        self.close_each(keys, Ending::Silent);
+        found
     }
 
     /// Ends every subscription (the connection closes, or the server stops); a later
@@ -552,9 +562,7 @@ impl Subscriptions {
             registry.closed = true;
             registry.by_key.keys().copied().collect()
         };
-        for key in keys {
-            self.close(key, ending);
-        }
+        self.close_each(keys, ending);
     }
 
     /// Reports a store event of the connection's own tasks (or a lag, after which every
@@ -882,6 +890,70 @@ mod tests {
                 .update_status(task, None, TaskStatus::Working, None)
                 .ok();
         }
+    }
+
+    /// Closing the connection ends its stdio subscriptions even while one report holds
+    /// several of them (all following the task it reports) and waits for room for one:
+    /// ending them one at a time would wait for that report, which, once the first is
+    /// halted, waits for room for the next one, which nobody halts: the connection's close
+    /// (and so the end of serving) would hang for good on a client that stopped reading.
+    #[test]
+    fn closing_the_connection_does_not_wait_for_a_report_to_several_subscriptions() {
+        let store = Store::builder().build().unwrap();
+        let handle = store.handle();
+        let task = handle.create(CreateTask::new()).unwrap().task_id;
+        let subscriptions = Arc::new(Subscriptions::default());
+        // Room for the two acknowledgements and first states only.
+        let (queue, messages) = crossbeam_channel::bounded(4);
+        for n in 0..2 {
+            let id = RequestId::Number(n);
+            let params = declared(&[task]);
+            let sink = Sink::Shared(queue.clone());
+            subscriptions
+                .open(&handle, None, &id, Some(&params), sink, true)
+                .unwrap();
+        }
+        assert!(messages.is_full());
+        handle
+            .update_status(task, None, TaskStatus::InputRequired, None)
+            .ok();
+        let event = status_event(&handle, task);
+        let listens: Vec<Arc<Listen>> = {
+            let registry = subscriptions.registry.lock();
+            registry.by_key.values().cloned().collect()
+        };
+        let (reported, reporting) = crossbeam_channel::bounded(1);
+        {
+            let (subscriptions, handle) = (subscriptions.clone(), handle.clone());
+            std::thread::spawn(move || {
+                subscriptions.on_event(&handle, None, &event);
+                let _ = reported.send(());
+            });
+        }
+        // The report holds both subscriptions' states while the first one's message waits
+        // for room (nothing reads `messages`).
+        let started = std::time::Instant::now();
+        while !listens.iter().all(|listen| listen.state.is_locked()) {
+            assert!(started.elapsed() < GUARD, "the report never started");
+            std::thread::yield_now();
+        }
+        let (ended, ending) = crossbeam_channel::bounded(1);
+        {
+            let subscriptions = subscriptions.clone();
+            std::thread::spawn(move || {
+                subscriptions.close_all(Ending::Silent);
+                let _ = ended.send(());
+            });
+        }
+        // Only a close that waits for room (for ever: nothing reads) waits this long.
+        ending
+            .recv_timeout(GUARD)
+            .expect("closing waits for room for a report");
+        reporting
+            .recv_timeout(GUARD)
+            .expect("the report still waits for room after the close");
+        assert_eq!(messages.try_iter().count(), 4, "nothing after the close");
+        assert_eq!(subscriptions.open.load(Ordering::Acquire), 0);
     }
 
     #[test]
