@@ -501,15 +501,21 @@ impl Inner {
         let session = response.session.clone();
         if response.is_event_stream() {
             let mut resume = Resume::default();
-            let answered = self
-                .answer_events(id, initialize, response, &mut resume)
-                .map_err(|e| self.io_error(e))?;
+            let outcome = self.answer_events(id, initialize, response, &mut resume);
+            // Only a stream whose events had ids can be resumed, and only a session's
+            // (2026-07-28 is stateless).
+            let resumable = self.revision == Revision::V2025 && !resume.last_id.is_empty();
+            let answered = match outcome {
+                Ok(answered) => answered,
+                // A stream that breaks off is resumed as one that ends (as a resumed one
+                // is); an event too large to read is no passing trouble.
+                Err(error) if resumable && error.kind() != io::ErrorKind::InvalidData => false,
+                Err(error) => return Err(self.io_error(error)),
+            };
             if answered {
                 return Ok(());
             }
-            // Only a stream whose events had ids can be resumed, and only a session's
-            // (2026-07-28 is stateless).
-            if self.revision == Revision::V2025 && !resume.last_id.is_empty() {
+            if resumable {
                 return self.resume_answer(id, initialize, idle, session.as_deref(), resume);
             }
             // This exchange ended, not the connection: the next request gets a new one,

@@ -1,6 +1,6 @@
 //! Resuming a POST's event stream (2025-11-25, SEP-1699): a server may end the event
 //! stream that answers a POST before the response comes (to free the connection, say),
-//! having given its events ids. The client then asks for the rest with a `GET` that
+//! having given its events ids, and a stream may break off (a network failure). The client then asks for the rest with a `GET` that
 //! carries `Last-Event-ID`, once the server's `retry:` time is over, and reads that stream
 //! as it read the POST's; one that ends without the answer too is resumed again from the
 //! newest id.

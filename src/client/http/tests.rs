@@ -2038,6 +2038,28 @@ fn a_post_stream_ended_before_its_answer_is_resumed_with_a_get() {
     {}
 }
 
+/// A POST's event stream that breaks off (its connection ends inside a chunked body, as
+/// after a network failure or a server that drops it) once its events had ids is resumed
+/// as one that ends cleanly: resuming broken streams is what the ids are for, and a
+/// resumed stream that breaks off is resumed too.
+#[test]
+fn a_post_stream_that_breaks_off_before_its_answer_is_resumed() {
+    let priming = "id: p1\ndata: \n\n";
+    let server = resuming_server(
+        move |_| {
+            let chunked =
+                EVENT_STREAM.replace("\r\n\r\n", "\r\nTransfer-Encoding: chunked\r\n\r\n");
+            // One chunk, then the connection ends without the last chunk.
+            format!("{chunked}{:x}\r\n{priming}\r\n{END}", priming.len())
+        },
+        |_, _, id| format!("{EVENT_STREAM}{}{HOLD}", answer_event(id, "p2")),
+    );
+    let client = Client::builder().connect_http(&server.url).unwrap();
+    assert_eq!(request_within(&client, "ping").unwrap()["resumed"], true);
+    let get = resumption_within(&server.seen, Duration::from_secs(5)).expect("no resumption");
+    assert_eq!(get.header("Last-Event-ID"), Some("p1"));
+}
+
 #[test]
 fn a_resumption_waits_the_servers_retry_time() {
     let times = Arc::new(Mutex::new(Vec::new()));
