@@ -80,6 +80,14 @@ impl Inner {
             }
             let what = match self.resume_once(id, initialize, idle, session, &mut resume)? {
                 Resumed::Answered => return Ok(()),
+                // A `GET` without `Last-Event-ID` asks for the session's own stream.
+                Resumed::Ended { .. } if resume.last_id.is_empty() => {
+                    return Err(unanswered(
+                        id,
+                        ", and the stream resuming it reset its event id: there is nothing \
+                         to resume it from",
+                    ))
+                }
                 Resumed::Ended { progress: true } => {
                     fruitless = 0;
                     continue;

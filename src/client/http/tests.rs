@@ -2060,6 +2060,30 @@ fn a_post_stream_that_breaks_off_before_its_answer_is_resumed() {
     assert_eq!(get.header("Last-Event-ID"), Some("p1"));
 }
 
+/// A resumed stream that resets its event id (an `id` field with no value) leaves
+/// nothing to resume from: the request fails rather than sending a `GET` with an empty
+/// `Last-Event-ID`, which a server takes for the session's own event stream (replacing
+/// the one the client's reader holds) rather than this request's.
+#[test]
+fn a_resumed_stream_that_resets_its_event_id_is_not_resumed_again() {
+    let server = resuming_server(
+        |_| format!("{EVENT_STREAM}id: p1\ndata: \n\n{END}"),
+        |n, _, id| match n {
+            0 => format!("{EVENT_STREAM}id\ndata: \n\n{END}"),
+            _ => format!("{EVENT_STREAM}{}", answer_event(id, "p2")),
+        },
+    );
+    let client = Client::builder().connect_http(&server.url).unwrap();
+    let what = io_failure(request_within(&client, "ping")).to_string();
+    assert!(what.contains("event id"), "{what}");
+    drop(client);
+    let resumptions: Vec<String> = (server.seen.try_iter())
+        .filter(|r| r.method() == "GET")
+        .filter_map(|r| r.header("Last-Event-ID").map(str::to_owned))
+        .collect();
+    assert_eq!(resumptions, ["p1"]);
+}
+
 #[test]
 fn a_resumption_waits_the_servers_retry_time() {
     let times = Arc::new(Mutex::new(Vec::new()));
