@@ -8,7 +8,8 @@
 //! Every wait stays bounded: the request's exchange is abandoned as a POST's is (a `GET`
 //! resuming it belongs to it among the open connections, and the wait before each `GET`
 //! ends as soon as nobody waits for the request, the client shuts down or the session is
-//! replaced); the wait is at most [`MAX_REOPEN_WAIT`]; and after
+//! replaced); the wait is the server's `retry:` time, which clients must respect, however
+//! long (see [`resume_wait`]); and after
 //! [`MAX_FRUITLESS_RESUMPTIONS`] in a row that bring no new event, or a `GET` the server
 //! refuses, the request fails. These `GET`s are not the session's own event stream
 //! ([`stream`](super::stream)), which the server never mixes with them: its reader knows
@@ -18,7 +19,7 @@ use std::io;
 use std::time::Duration;
 
 use super::sse::Resume;
-use super::stream::{reopen_wait, Wake, MAX_REOPEN_WAIT};
+use super::stream::{reopen_wait, Wake};
 use super::wire::exchange;
 use super::{unanswered, Inner};
 use crate::client::ClientError;
@@ -27,6 +28,16 @@ use crate::protocol::jsonrpc::RequestId;
 /// How many resumptions in a row may bring no new event (a `GET` that could not be
 /// opened, or was answered 408, 409, 429 or 5xx, counts as one) before the request fails.
 pub(super) const MAX_FRUITLESS_RESUMPTIONS: u32 = 3;
+
+/// The wait before a resumption after `fruitless` ones in a row that brought nothing, as
+/// before the `GET` stream is opened again: the server's `retry:` time however long
+/// (SEP-1699: clients MUST respect it), doubled after each fruitless resumption up to
+/// [`MAX_REOPEN_WAIT`](super::stream::MAX_REOPEN_WAIT) or `retry` if longer. The wait still ends early when nobody waits
+/// for the request any more (its timeout, say), the client shuts down or the session is
+/// replaced.
+pub(super) fn resume_wait(retry: Option<Duration>, fruitless: u32) -> Duration {
+    reopen_wait(retry, fruitless)
+}
 
 /// How one resumption went, short of an end for the request.
 enum Resumed {
@@ -55,9 +66,7 @@ impl Inner {
         let renewals = self.stream.renewals();
         let mut fruitless = 0u32;
         loop {
-            // The server's `retry:` time (doubled after each fruitless resumption), but
-            // never longer than the `GET` stream's own cap.
-            let wait = reopen_wait(resume.retry, fruitless).min(MAX_REOPEN_WAIT);
+            let wait = resume_wait(resume.retry, fruitless);
             let wanted = || self.shared.is_pending(id);
             match (self.stream).pause_while(&self.open, renewals, Some(wait), wanted) {
                 Wake::TimedOut => {}

@@ -2084,6 +2084,21 @@ fn a_resumed_stream_that_resets_its_event_id_is_not_resumed_again() {
     assert_eq!(resumptions, ["p1"]);
 }
 
+/// A POST stream's resumption waits the whole `retry:` time the server asked for, however
+/// long: SEP-1699 says clients MUST respect it (a server that ends its streams to be
+/// polled sets the pace of the polling), as the session's `GET` stream does. A shorter wait
+/// would have the client ask again and again before the server wants it to.
+#[test]
+fn a_resumption_waits_the_servers_whole_retry_time() {
+    let long = 12 * MAX_REOPEN_WAIT;
+    assert_eq!(resume::resume_wait(Some(long), 0), long);
+    assert_eq!(resume::resume_wait(Some(long), 2), long);
+    // A fruitless resumption still makes the next wait longer, as for the GET stream.
+    let short = Duration::from_millis(300);
+    assert_eq!(resume::resume_wait(Some(short), 0), short);
+    assert!(resume::resume_wait(Some(short), 1) > short);
+}
+
 #[test]
 fn a_resumption_waits_the_servers_retry_time() {
     let times = Arc::new(Mutex::new(Vec::new()));
@@ -2260,9 +2275,9 @@ fn a_resumed_stream_nobody_waits_for_is_ended() {
     {}
 }
 
-/// A request whose POST stream ended asking for a long wait (capped at
-/// [`MAX_REOPEN_WAIT`]) before it is resumed, once it waits: `end` is then called, and
-/// the request's thread must be gone within a second.
+/// A request whose POST stream ended asking for a long wait (a minute) before it is
+/// resumed, once it waits: `end` is then called, and the request's thread must be gone
+/// within a second.
 fn waiting_to_resume(end: impl FnOnce(&HttpTransport, &Shared, &RequestId)) {
     let server = resuming_server(
         |_| format!("{EVENT_STREAM}retry: 60000\nid: p1\ndata: \n\n{END}"),
