@@ -500,6 +500,11 @@ impl Inner {
         let status = response.status;
         let session = response.session.clone();
         if response.is_event_stream() {
+            // An `initialize` goes out in no session: the one its answer's head offers is
+            // the one a `GET` resuming its stream must name.
+            let offered = (response.header("Mcp-Session-Id").filter(|_| initialize))
+                .and_then(|offered| checked_session(offered).ok());
+            let resume_in = session.clone().or_else(|| offered.map(str::to_owned));
             let mut resume = Resume::default();
             let outcome = self.answer_events(id, initialize, response, &mut resume);
             // Only a stream whose events had ids can be resumed, and only a session's
@@ -516,7 +521,7 @@ impl Inner {
                 return Ok(());
             }
             if resumable {
-                return self.resume_answer(id, initialize, idle, session.as_deref(), resume);
+                return self.resume_answer(id, initialize, idle, resume_in.as_deref(), resume);
             }
             // This exchange ended, not the connection: the next request gets a new one,
             // so this is no `Closed`.

@@ -2099,6 +2099,47 @@ fn a_resumption_waits_the_servers_whole_retry_time() {
     assert!(resume::resume_wait(Some(short), 1) > short);
 }
 
+/// An `initialize` answered with an event stream that ends before its answer is resumed in
+/// the session that same answer's head offered: the `GET` must name it (a 2025-11-25
+/// server refuses a `GET` without its session), though the POST carried none.
+#[test]
+fn an_initialize_stream_ended_before_its_answer_is_resumed_in_its_new_session() {
+    let asked = Mutex::new(Value::Null);
+    let server = fake_server(
+        move |request| match (request.method(), request.rpc_method()) {
+            ("GET", _) if request.header("Last-Event-ID").is_some() => {
+                if request.header("Mcp-Session-Id") != Some("s1") {
+                    return Some(empty_reply("400 Bad Request"));
+                }
+                let answer = json!({"jsonrpc": "2.0", "id": *asked.lock(), "result": {
+                    "protocolVersion": v2025::PROTOCOL_VERSION,
+                    "capabilities": {},
+                    "serverInfo": {"name": "fake", "version": "0"},
+                }});
+                Some(format!("{EVENT_STREAM}id: i2\ndata: {answer}\n\n{HOLD}"))
+            }
+            (_, Some("initialize")) => {
+                *asked.lock() = request.body["id"].clone();
+                let head = EVENT_STREAM.replace("\r\n\r\n", "\r\nMcp-Session-Id: s1\r\n\r\n");
+                Some(format!("{head}id: i1\ndata: \n\n{END}"))
+            }
+            _ => session_basics(request),
+        },
+    );
+    let (transport, shared, _jobs) = transport(&server, Revision::V2025, IDLE_TIMEOUT);
+    let (id, pending) = shared.register().unwrap();
+    let message = json!({"jsonrpc": "2.0", "id": id, "method": "initialize",
+        "params": {"protocolVersion": v2025::PROTOCOL_VERSION, "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "0"}}});
+    transport.send_request(&id, message).unwrap();
+    let answer = pending
+        .recv_timeout(Duration::from_secs(5))
+        .expect("no answer");
+    assert!(answer.is_ok(), "{answer:?}");
+    let get = resumption_within(&server.seen, Duration::from_secs(5)).expect("no resumption");
+    assert_eq!(get.header("Mcp-Session-Id"), Some("s1"));
+}
+
 #[test]
 fn a_resumption_waits_the_servers_retry_time() {
     let times = Arc::new(Mutex::new(Vec::new()));
