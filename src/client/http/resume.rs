@@ -1,9 +1,9 @@
 //! Resuming a POST's event stream (2025-11-25, SEP-1699): a server may end the event
 //! stream that answers a POST before the response comes (to free the connection, say),
-//! having given its events ids, and a stream may break off (a network failure). The client then asks for the rest with a `GET` that
-//! carries `Last-Event-ID`, once the server's `retry:` time is over, and reads that stream
-//! as it read the POST's; one that ends without the answer too is resumed again from the
-//! newest id.
+//! having given its events ids, and a stream may break off (a network failure). The
+//! client then asks for the rest with a `GET` that carries `Last-Event-ID`, once the
+//! server's `retry:` time is over, and reads that stream as it read the POST's; one that
+//! ends or breaks off without the answer too is resumed again from the newest id.
 //!
 //! Every wait stays bounded: the request's exchange is abandoned as a POST's is (a `GET`
 //! resuming it belongs to it among the open connections, and the wait before each `GET`
@@ -32,9 +32,9 @@ pub(super) const MAX_FRUITLESS_RESUMPTIONS: u32 = 3;
 /// The wait before a resumption after `fruitless` ones in a row that brought nothing, as
 /// before the `GET` stream is opened again: the server's `retry:` time however long
 /// (SEP-1699: clients MUST respect it), doubled after each fruitless resumption up to
-/// [`MAX_REOPEN_WAIT`](super::stream::MAX_REOPEN_WAIT) or `retry` if longer. The wait still ends early when nobody waits
-/// for the request any more (its timeout, say), the client shuts down or the session is
-/// replaced.
+/// [`MAX_REOPEN_WAIT`](super::stream::MAX_REOPEN_WAIT) or `retry` if longer. The wait
+/// still ends early when nobody waits for the request any more (its timeout, say), the
+/// client shuts down or the session is replaced.
 pub(super) fn resume_wait(retry: Option<Duration>, fruitless: u32) -> Duration {
     reopen_wait(retry, fruitless)
 }
