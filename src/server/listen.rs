@@ -232,10 +232,22 @@ impl Listen {
         };
         let detail = match detail {
             Ok(detail) => detail,
-            Err(error) => {
+            Err(StoreError::NotFound) => {
                 // Gone (expired and removed): nothing more will happen to it.
-                log::debug!("task subscription {}: {id} is gone ({error})", self.id);
+                log::debug!("task subscription {}: {id} is gone", self.id);
                 state.followed.remove(&id);
+                return;
+            }
+            Err(error) => {
+                // A store of the embedder's that failed this once: the task may well live
+                // on, and dropping it could end the subscription with its result, telling
+                // the client nothing more will come. Its next event (or the next lag's
+                // refresh) reports it.
+                log::warn!(
+                    "task subscription {}: could not look up {id} ({error}); reporting it \
+                     at its next change",
+                    self.id
+                );
                 return;
             }
         };
@@ -673,6 +685,37 @@ mod tests {
             task: store.get(id, None).unwrap(),
             session: None,
         }
+    }
+
+    /// Only a task the store no longer has stops being followed: a lookup that failed
+    /// otherwise (an embedder's store with a passing fault) leaves it followed, so the
+    /// subscription does not end telling the client that nothing more will come.
+    #[test]
+    fn a_failed_lookup_keeps_the_task_followed() {
+        let store = Store::builder().build().unwrap();
+        let handle = store.handle();
+        let task = handle.create(CreateTask::new()).unwrap().task_id;
+        let subscriptions = Subscriptions::default();
+        let (queue, messages) = stream_queue(8, usize::MAX);
+        let params = declared(&[task]);
+        let id = RequestId::Number(1);
+        subscriptions
+            .open(&handle, None, &id, Some(&params), Sink::Own(queue), false)
+            .unwrap();
+        assert_eq!(drain(&messages).len(), 2);
+        let listen = subscriptions
+            .registry
+            .lock()
+            .by_key
+            .values()
+            .next()
+            .cloned();
+        let listen = listen.expect("the subscription");
+        let mut state = listen.state.lock();
+        listen.report(&mut state, task, Err(&StoreError::Journal("disk".into())));
+        assert!(state.followed.contains_key(&task), "kept after a fault");
+        listen.report(&mut state, task, Err(&StoreError::NotFound));
+        assert!(!state.followed.contains_key(&task), "dropped once gone");
     }
 
     #[test]
