@@ -255,8 +255,21 @@ impl StoreActor {
                 .map_err(|e| StoreError::Journal(format!("cannot write: {e}")))?;
         }
         drop(m);
-        // A compaction due at start (a log of an older format always is) is finished
-        // before anyone is served, as it was when compaction ran in one piece.
+        // A log of an older format is rewritten before recovery's own changes (tasks it
+        // failed) are written: they then go to the new log, never as a batch into an old
+        // log whose rewrite fails (a version 1 build would call that log unreadable instead
+        // of naming the format it cannot read). The snapshot holds them already.
+        if self
+            .out
+            .journal
+            .as_ref()
+            .is_some_and(Journal::appends_to_older_format)
+        {
+            self.compaction_turn(Pace::Finish)
+                .map_err(|e| StoreError::Journal(format!("cannot write: {e}")))?;
+        }
+        // A compaction due at start is finished before anyone is served, as it was when
+        // compaction ran in one piece.
         self.commit()
             .and_then(|()| self.compaction_turn(Pace::Finish))
             .map_err(|e| StoreError::Journal(format!("cannot write: {e}")))

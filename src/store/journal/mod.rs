@@ -1014,6 +1014,12 @@ impl Journal {
         Ok(())
     }
 
+    /// Whether the log appended to is of an older format: a compaction must switch to a
+    /// new log before any batch is written.
+    pub(crate) fn appends_to_older_format(&self) -> bool {
+        self.legacy_log
+    }
+
     /// Whether records wait in the current batch for [`commit`](Self::commit).
     pub(crate) fn has_batch(&self) -> bool {
         !self.batch.is_empty()
@@ -1680,6 +1686,51 @@ mod tests {
         fs::remove_dir(dir.path().join("snapshot.tmp")).unwrap();
         let store = Store::builder().journal(config).build().unwrap();
         assert!(store.get(id, None).is_ok());
+    }
+
+    /// A log of version 1 whose rewrite cannot run is refused and left as version 1 wrote
+    /// it, also when recovery changed tasks (running ones failed): a batch frame appended
+    /// before the rewrite failed would make a version 1 build call the log unreadable
+    /// instead of naming the format it cannot read, and leave a mixed file behind.
+    #[test]
+    fn a_version_1_log_whose_rewrite_fails_is_not_appended_recovery_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = open(dir.path());
+            store.create(CreateTask::new()).unwrap();
+        }
+        let log = only(dir.path(), "journal-");
+        let bytes = fs::read(&log).unwrap();
+        let (frames, _) = frame::read_frames(&bytes).unwrap();
+        let mut old = Vec::new();
+        for payload in frames {
+            let mut value: serde_json::Value = serde_json::from_slice(payload).unwrap();
+            let records = match value.as_array_mut() {
+                Some(batch) => std::mem::take(batch),
+                None => {
+                    value["version"] = 1.into();
+                    vec![value]
+                }
+            };
+            for record in records {
+                frame::write_frame(&mut old, &serde_json::to_vec(&record).unwrap()).unwrap();
+            }
+        }
+        fs::write(&log, &old).unwrap();
+        // No room for the snapshot that rewrites it; the running task is failed at start.
+        fs::create_dir(dir.path().join("snapshot.tmp")).unwrap();
+        match Store::builder()
+            .journal(JournalConfig::new(dir.path()))
+            .build()
+        {
+            Err(StoreError::Journal(why)) => assert!(why.contains("older format"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            fs::read(&log).unwrap(),
+            old,
+            "the version 1 log is untouched"
+        );
     }
 
     #[test]
