@@ -1004,12 +1004,15 @@ impl Journal {
         self.note_seq(record);
         // One byte for the `]` that closes the part.
         if self.batch.len() >= self.frame_limit && start > 0 {
-            let record = self.batch.split_off(start + 1);
+            // The record moves to the next part with one copy, and the closed part gives
+            // back the memory past its bytes (glibc shrinks a large allocation in place).
+            let mut next = Vec::with_capacity(self.batch.len() - start);
+            next.push(b'[');
+            next.extend_from_slice(&self.batch[start + 1..]);
+            self.batch.truncate(start + 1);
             self.batch[start] = b']';
-            self.sealed.push(std::mem::take(&mut self.batch));
-            self.batch.reserve(record.len() + 1);
-            self.batch.push(b'[');
-            self.batch.extend_from_slice(&record);
+            self.batch.shrink_to_fit();
+            self.sealed.push(std::mem::replace(&mut self.batch, next));
         }
         Ok(())
     }
@@ -1222,6 +1225,37 @@ mod tests {
         let ids: Vec<TaskId> = recovered.tasks.iter().map(|t| t.id).collect();
         assert_eq!(ids, tasks.iter().map(|t| t.id).collect::<Vec<_>>());
         assert_eq!(recovered.next_seq, 10);
+    }
+
+    /// Closing a part of a batch too large for one frame moves the record that did not fit
+    /// with one copy, and the closed part keeps no memory past its own bytes: the whole
+    /// batch is in memory until its commit, and near 4 GiB a part that kept the moved
+    /// record's bytes (or a second copy of them) costs as much again as that record.
+    #[test]
+    fn a_closed_part_of_a_batch_keeps_no_memory_past_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = JournalConfig::new(dir.path());
+        let (mut journal, _) = Journal::open(&config).unwrap();
+        journal.write_header(7, 0).unwrap();
+        let mut big = compaction::tests::task(0);
+        big.message = Some("x".repeat(64 * 1024));
+        journal.frame_limit = 32 * 1024;
+        journal
+            .append(&Record::Put(compaction::tests::task(1)))
+            .unwrap();
+        journal.append(&Record::Put(big)).unwrap();
+        assert_eq!(journal.sealed.len(), 1);
+        let part = &journal.sealed[0];
+        assert_eq!(
+            part.capacity(),
+            part.len(),
+            "the closed part is {} bytes",
+            part.len()
+        );
+        journal.commit().unwrap();
+        drop(journal);
+        let (_, recovered) = Journal::open(&config).unwrap();
+        assert_eq!(recovered.tasks.len(), 2);
     }
 
     /// The lock is kept from forked children from the moment it is taken, not only once
