@@ -1,7 +1,8 @@
 //! Record framing: `[length: u32 LE][crc32 of the payload: u32 LE][payload]`.
 //!
-//! The journal writes each group-commit batch as one frame, so a batch is read back whole or
-//! not at all, and the only frame a crash can leave broken is the last one. A broken frame
+//! The journal writes each group-commit batch as one frame (one over 4 GiB as several, each
+//! synced under `Fsync` before the next), so a batch is read back whole or not at all (per
+//! part), and the only frame a crash can leave broken is the last one. A broken frame
 //! is told apart from damage by what follows it: a torn tail (a write cut short, or a file
 //! whose size reached the disk before its data, which then reads back as zeros) has no valid
 //! frame anywhere after the broken one, while damage in the middle of a file does. The

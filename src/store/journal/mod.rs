@@ -6,12 +6,15 @@
 //! written; absent for generation 0), `journal-B.log`, and the logs after it,
 //! `journal-(B+1).log` and on, each with the changes after the one before. All are
 //! sequences of framed JSON records (see [`frame`]). A log holds one frame per group-commit
-//! batch (a JSON array of the batch's records, read back whole or not at all), so a crash
-//! can tear only the newest log's last frame (under `Fsync`; the other modes do not sync a
-//! log before the next begins, and a power loss can cut the end of any log of the chain);
-//! headers and snapshot records are framed one by one. Compaction (see [`compaction`])
-//! starts `journal-(G+1).log` at once, then writes `snapshot-(G+1)` while the store goes
-//! on serving, through a synced temporary file and a rename, and deletes what it replaces.
+//! batch (a JSON array of the batch's records, read back whole or not at all; a batch over
+//! 4 GiB takes several, see [`Journal::append`]), so a crash can tear only the newest
+//! log's last frame (under `Fsync`; the other modes do not sync a log before the next
+//! begins, and a power loss can cut the end of any log of the chain); a log's first header
+//! and snapshot records are framed one by one (a header later in a log is a salvage's,
+//! framed alone, or one a batch carries, see [`Journal::keep_seq`]). Compaction (see
+//! [`compaction`]) starts `journal-(G+1).log` at once, then writes `snapshot-(G+1)` while
+//! the store goes on serving, through a synced temporary file and a rename, and deletes
+//! what it replaces.
 //! A crash at any point leaves a directory recovery reads correctly: the newest snapshot,
 //! then its log and every newer one. A compaction that fails leaves the chain as it was,
 //! and the store goes on. No crash tears a snapshot, so a broken or short one is damage,
