@@ -528,6 +528,7 @@ impl Subscriptions {
     }
 
     /// Ends subscription `key` (its client left: `Silent`; the server stops: `Graceful`).
+    #[cfg(any(feature = "http", test))]
     pub(crate) fn close(&self, key: ListenKey, ending: Ending) {
         self.close_each([key], ending);
     }
