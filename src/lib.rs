@@ -73,8 +73,8 @@ pub use model::{
     MAX_PAYLOAD_DEPTH,
 };
 pub use store::{
-    CancelToken, Clock, Durability, ExpiryPolicy, JournalConfig, ManualClock, Millis, Now,
-    RecoveryPolicy, Store, StoreBuilder, StoreConfig, StoreHandle, StoreMachine, SystemClock,
+    CancelToken, Clock, Durability, ExpiryPolicy, JournalConfig, ManualClock, Millis, MissedAtStop,
+    Now, RecoveryPolicy, Store, StoreBuilder, StoreConfig, StoreHandle, StoreMachine, SystemClock,
     TaskStore, WaitStop,
 };
 

@@ -1,6 +1,5 @@
 //! Event subscriptions: a host is told of task changes instead of polling for them.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ use super::error::{mcpts_result, Error};
 use super::store::{mcpts_handle, timeout, Owner};
 #[cfg(doc)]
 use super::store::{mcpts_handle_free, MCPTS_WAIT_FOREVER};
-use crate::{SessionId, StoreEvent, Task, TaskId};
+use crate::{MissedAtStop, SessionId, StoreEvent, Task, TaskId};
 
 /// A subscription to one store's events (opaque), from [`mcpts_handle_subscribe`]. Read
 /// it with [`mcpts_events_next`]; release it with [`mcpts_events_free`]. It stays valid
@@ -26,7 +25,7 @@ pub struct mcpts_events {
     events: Receiver<StoreEvent>,
     /// The events missed since the last `lagged` when the store stopped; reported once,
     /// after the events still queued.
-    missed_at_close: Arc<AtomicU64>,
+    missed_at_close: MissedAtStop,
     owner: Arc<Owner>,
     /// Nothing is ever sent on it: [`mcpts_events_close`] drops it, which wakes every
     /// reader waiting on `closed`.
@@ -151,7 +150,7 @@ pub unsafe extern "C" fn mcpts_handle_subscribe(
         // SAFETY: per this function's contract.
         let handle = unsafe { arg_ref(handle, "handle") }?;
         let events_out = Out::new(events_out, "events_out")?;
-        let (events, missed_at_close) = handle.live()?.subscribe_counting_close()?;
+        let (events, missed_at_close) = handle.live()?.subscribe_counting_stop()?;
         let (open, closed) = crossbeam_channel::bounded(0);
         let events = mcpts_events {
             events,
@@ -215,7 +214,7 @@ pub unsafe extern "C" fn mcpts_events_next(
         events.owner.check_process()?;
         let no_event = || Error::new(mcpts_result::Timeout, "no event within the timeout");
         // The store is gone and every event it sent is read: what it could not send, once.
-        let after_the_last = || match events.missed_at_close.swap(0, Ordering::SeqCst) {
+        let after_the_last = || match events.missed_at_close.take() {
             0 => Err(drained()),
             missed => Ok(StoreEvent::Lagged { missed }),
         };

@@ -3,8 +3,8 @@
 
 use std::fmt;
 use std::ops::Deref;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -286,6 +286,26 @@ pub struct StoreHandle {
     spinners: Arc<AtomicUsize>,
     /// Each subscriber's buffer (`StoreConfig::event_buffer`).
     event_buffer: usize,
+}
+
+/// The events a subscription from [`StoreHandle::subscribe_counting_stop`] missed since its
+/// last [`StoreEvent::Lagged`] when the store stopped: set before the channel disconnects,
+/// so a reader that found it disconnected reads the final count.
+#[derive(Clone, Debug)]
+pub struct MissedAtStop(Arc<AtomicU64>);
+
+impl MissedAtStop {
+    /// How many events were missed and never reported (0 while the store runs, and when
+    /// none were).
+    pub fn missed(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// The count, once: later calls (other readers of the same subscription) get 0.
+    #[cfg(feature = "ffi")]
+    pub(crate) fn take(&self) -> u64 {
+        self.0.swap(0, Ordering::SeqCst)
+    }
 }
 
 impl StoreHandle {
@@ -585,21 +605,37 @@ impl StoreHandle {
     /// A channel of status events. A subscriber that falls behind loses events (it then
     /// receives [`StoreEvent::Lagged`] once it has room, before any later event, within
     /// about 10 ms even if the store has nothing else to do); it never slows the store
-    /// down.
+    /// down. Events missed just before the store stops are not reported (there is no room
+    /// for the notice): [`subscribe_counting_stop`](Self::subscribe_counting_stop) counts
+    /// them.
     pub fn subscribe(&self) -> Result<Receiver<StoreEvent>, StoreError> {
         self.subscribe_with(None)
     }
 
-    /// [`subscribe`](Self::subscribe), with the count of the events missed since the last
-    /// [`StoreEvent::Lagged`] when the store stops before it could send another: it is in
-    /// place once the channel is disconnected (0 when none were missed).
-    #[cfg(feature = "ffi")]
-    pub(crate) fn subscribe_counting_close(
+    /// [`subscribe`](Self::subscribe), for a subscriber that must know whether it saw
+    /// every event up to the store's stop: a subscriber whose queue is full when the store
+    /// stops hears of the events it missed since the last [`StoreEvent::Lagged`] from no
+    /// event (there is no room for one). Their count is in the [`MissedAtStop`] once the
+    /// channel is disconnected: 0 when none were missed.
+    ///
+    /// ```
+    /// # use mcp_task_store::{CreateTask, Store};
+    /// let store = Store::builder().event_buffer(1).build()?;
+    /// let (events, missed) = store.handle().subscribe_counting_stop()?;
+    /// for _ in 0..3 {
+    ///     store.handle().create(CreateTask::new())?;
+    /// }
+    /// store.shutdown()?;
+    /// assert_eq!(events.iter().count(), 1, "room for one event only");
+    /// assert_eq!(missed.missed(), 2);
+    /// # Ok::<(), mcp_task_store::StoreError>(())
+    /// ```
+    pub fn subscribe_counting_stop(
         &self,
-    ) -> Result<(Receiver<StoreEvent>, Arc<AtomicU64>), StoreError> {
-        let missed_at_close = Arc::new(AtomicU64::new(0));
-        let receiver = self.subscribe_with(Some(Arc::clone(&missed_at_close)))?;
-        Ok((receiver, missed_at_close))
+    ) -> Result<(Receiver<StoreEvent>, MissedAtStop), StoreError> {
+        let missed_at_stop = Arc::new(AtomicU64::new(0));
+        let receiver = self.subscribe_with(Some(Arc::clone(&missed_at_stop)))?;
+        Ok((receiver, MissedAtStop(missed_at_stop)))
     }
 
     fn subscribe_with(

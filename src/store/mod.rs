@@ -29,7 +29,7 @@ mod wheel;
 pub use clock::{Clock, ManualClock, Millis, Now, SystemClock};
 pub use config::{ExpiryPolicy, StoreConfig};
 pub use contract::{TaskStore, STOP_POLL};
-pub use handle::{Store, StoreBuilder, StoreHandle};
+pub use handle::{MissedAtStop, Store, StoreBuilder, StoreHandle};
 pub use journal::{Durability, JournalConfig};
 pub use machine::{StoreMachine, StoreStats};
 pub use record::{Change, OutcomeRecord, RecoveryPolicy, TaskRecord};
