@@ -461,3 +461,90 @@ fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
         std::mem::forget(again);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crossbeam_channel::{Receiver, Sender};
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::server::{demo, text_result, Server};
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    /// A tool that says it started on `started`, waits for `gate`, and returns whether its
+    /// call was cancelled meanwhile.
+    fn gated_tool(started: Sender<()>, gate: Receiver<()>) -> Tool {
+        Tool::new(
+            "gated",
+            "Waits for the test, then says whether it was cancelled",
+            json!({"type": "object"}),
+            TaskSupport::Optional,
+            move |_, ctx| {
+                started.send(()).unwrap();
+                gate.recv_timeout(WAIT).unwrap();
+                Ok(text_result(format!("cancelled: {}", ctx.is_cancelled())))
+            },
+        )
+    }
+
+    fn send(connection: &Arc<Connection>, message: Value, answers: &Sender<Value>) {
+        let answers = answers.clone();
+        connection.handle_text(
+            &message.to_string(),
+            Box::new(move |answer| answers.send(answer).unwrap()),
+        );
+    }
+
+    /// A plain call that has been answered leaves nothing behind in `inline_runs`: a
+    /// long-lived connection (stdio) must not keep one entry per call it ever served.
+    #[test]
+    fn an_answered_plain_call_is_forgotten() {
+        let server = Server::builder().tool(demo::echo_tool()).build().unwrap();
+        let connection = server.connect(crossbeam_channel::unbounded().0, None);
+        let (answers_tx, answers) = crossbeam_channel::unbounded();
+        let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": "echo", "arguments": {"text": "hi"}}});
+        send(&connection, call, &answers_tx);
+        let answer = answers.recv_timeout(WAIT).unwrap();
+        assert_eq!(answer["result"]["content"][0]["text"], "hi", "{answer}");
+        // The run forgets itself before it answers.
+        assert!(connection.inline_runs.lock().is_empty());
+    }
+
+    /// On a shared (stateless HTTP) connection many clients' request ids may collide, so a
+    /// `notifications/cancelled` never reaches a SEP-2663 plain call there: the call runs
+    /// on and is answered.
+    #[cfg(feature = "http")]
+    #[test]
+    fn a_cancel_on_a_shared_connection_does_not_reach_a_plain_call() {
+        let (started_tx, started) = crossbeam_channel::unbounded();
+        let (gate_tx, gate) = crossbeam_channel::unbounded();
+        let server = Server::builder()
+            .tool(gated_tool(started_tx, gate))
+            .build()
+            .unwrap();
+        let shared = server.connect_stateless(crossbeam_channel::unbounded().0, None, 4);
+        // Without the tasks extension: the call runs inline, never promoted.
+        let meta = json!({"io.modelcontextprotocol/protocolVersion": sep2663::PROTOCOL_VERSION,
+                          "io.modelcontextprotocol/clientCapabilities": {}});
+        let (answers_tx, answers) = crossbeam_channel::unbounded();
+        let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                          "params": {"name": "gated", "_meta": meta}});
+        send(&shared, call, &answers_tx);
+        started.recv_timeout(WAIT).unwrap();
+        // Another client's cancel that happens to name the same id.
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                            "params": {"requestId": 7, "_meta": meta}});
+        send(&shared, cancel, &answers_tx);
+        gate_tx.send(()).unwrap();
+        let answer = answers.recv_timeout(WAIT).unwrap();
+        assert_eq!(answer["id"], 7, "answered, not withheld: {answer}");
+        assert_eq!(
+            answer["result"]["content"][0]["text"], "cancelled: false",
+            "{answer}"
+        );
+    }
+}
