@@ -173,3 +173,34 @@ fn claim(counter: &AtomicUsize, limit: usize) -> bool {
         })
         .is_ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn abandon() -> Abandon {
+        Abandon {
+            why: AtomicU8::new(WAITING),
+            stop: WaitStop::new(),
+        }
+    }
+
+    /// The client's cancel wins over the connection closing, in either order: a call its
+    /// client cancelled gets no answer, even if its connection closed too.
+    #[test]
+    fn a_cancel_overrides_a_close_whichever_comes_first() {
+        let closed_first = abandon();
+        closed_first.raise(CONNECTION_CLOSED);
+        closed_first.raise(CANCELLED_BY_CLIENT);
+        assert_eq!(closed_first.why(), CANCELLED_BY_CLIENT);
+
+        let cancelled_first = abandon();
+        cancelled_first.raise(CANCELLED_BY_CLIENT);
+        cancelled_first.raise(CONNECTION_CLOSED);
+        assert_eq!(cancelled_first.why(), CANCELLED_BY_CLIENT);
+
+        let closed = abandon();
+        closed.raise(CONNECTION_CLOSED);
+        assert_eq!(closed.why(), CONNECTION_CLOSED);
+    }
+}
