@@ -749,6 +749,30 @@ fn closing_ends_every_waiting_tasks_result_even_under_a_reused_request_id() {
     }
 }
 
+/// A call that ends gives back only its own place under a reused request id: the other
+/// call under that id still waits, and a cancel naming the id still reaches it.
+#[test]
+fn a_waiting_tasks_result_stays_cancellable_after_another_under_its_id_ends() {
+    let w = WaitingPlaces::new(2);
+    let connection = w.connect();
+    let (first, second) = (w.live_task(), w.live_task());
+    // A client that wrongly reuses a request id waits on two tasks...
+    w.wait_for(&connection, "x", &first);
+    w.wait_for(&connection, "x", &second);
+    // ...the first ends, and its call is answered...
+    w.cancel_task(&first);
+    let answer = w.answer();
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    // ...and a cancel for the id still ends the second, with no response.
+    w.send(
+        &connection,
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+               "params": {"requestId": "x"}}),
+    );
+    let cancelled = w.answer();
+    assert_eq!(cancelled, Value::Null, "{cancelled}");
+}
+
 #[test]
 fn an_is_error_result_fails_the_task_but_tasks_result_returns_it() {
     let mut h = Harness::new();
