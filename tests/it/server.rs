@@ -1099,6 +1099,34 @@ fn a_task_that_ends_before_the_server_follows_it_is_notified_all_the_same() {
     );
 }
 
+/// A `Connection` is itself a public `ClientPeer`, for code outside a tool run: it knows
+/// which requests its client declared at `initialize`, and it sends one and returns the
+/// client's answer.
+#[test]
+fn a_connection_is_a_client_peer_that_asks_its_client() {
+    use mcp_task_store::server::ClientPeer;
+    let mut h = Harness::new();
+    h.initialize(json!({"elicitation": {}}));
+    let peer: &dyn ClientPeer = &*h.connection;
+    assert!(peer.supports("elicitation/create"));
+    assert!(!peer.supports("sampling/createMessage"));
+    let connection = h.connection.clone();
+    let asking = std::thread::spawn(move || {
+        let peer: &dyn ClientPeer = &*connection;
+        peer.request("elicitation/create", json!({"message": "?"}), None)
+    });
+    let elicitation = h.next_outgoing("elicitation/create");
+    assert_eq!(elicitation["params"]["message"], "?", "{elicitation}");
+    let answer =
+        json!({"jsonrpc": "2.0", "id": elicitation["id"], "result": {"action": "decline"}});
+    h.connection.handle_text(
+        &answer.to_string(),
+        Box::new(|_| panic!("a response gets no response")),
+    );
+    let answered = asking.join().unwrap();
+    assert_eq!(answered.unwrap(), json!({"action": "decline"}));
+}
+
 #[test]
 fn ask_elicits_through_the_client_and_completes_with_the_answer() {
     use mcp_task_store::{StoreEvent, TaskStatus};
