@@ -750,6 +750,38 @@ mod tests {
         assert!(subscriptions.registry.lock().by_task.is_empty());
     }
 
+    /// An HTTP listen stream's queue holds all a subscription of the largest size sends
+    /// before its client reads a byte (the stream may start late): the acknowledgement, a
+    /// first state and one change (here its end, with a kilobyte of status message) for
+    /// each of [`MAX_LISTEN_TASKS`] tasks, and the result. The client is not cut off.
+    #[cfg(feature = "http")]
+    #[test]
+    fn a_largest_subscription_fits_its_stream_queue_unread() {
+        let store = Store::builder().build().unwrap();
+        let handle = store.handle();
+        let tasks: Vec<TaskId> = (0..MAX_LISTEN_TASKS)
+            .map(|_| handle.create(CreateTask::new()).unwrap().task_id)
+            .collect();
+        let subscriptions = Subscriptions::default();
+        let (queue, messages) = stream_queue(STREAM_QUEUE, STREAM_QUEUE_BYTES);
+        let id = RequestId::Number(1);
+        let params = declared(&tasks);
+        subscriptions
+            .open(&handle, None, &id, Some(&params), Sink::Own(queue), false)
+            .unwrap();
+        let why = "w".repeat(1024);
+        for &task in &tasks {
+            handle.cancel(task, None, Some(why.clone())).unwrap();
+            subscriptions.on_event(&handle, None, &status_event(&handle, task));
+        }
+        let sent = drain(&messages);
+        assert_eq!(sent.len(), 2 * MAX_LISTEN_TASKS + 2);
+        let agreed = &sent[0]["params"]["notifications"]["taskIds"];
+        assert_eq!(agreed.as_array().map(Vec::len), Some(MAX_LISTEN_TASKS));
+        let result = sent.last().unwrap();
+        assert_eq!(result["result"]["resultType"], "complete", "{result}");
+    }
+
     /// An HTTP stream's queue is bounded by bytes too (a task's state carries its result):
     /// a client that does not read ends its subscription once the states waiting pass the
     /// bound, while one that reads gets every state, however large each is.
