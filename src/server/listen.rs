@@ -750,6 +750,17 @@ mod tests {
         assert!(subscriptions.registry.lock().by_task.is_empty());
     }
 
+    /// Over HTTP, task subscriptions hold at most half the server's connections (and never
+    /// more than [`MAX_LISTENS`]), leaving the rest to polls and calls. (The transport's
+    /// bound on all event streams is half of them too, so over HTTP this one only decides
+    /// which refusal a listen past the bound gets.)
+    #[cfg(feature = "http")]
+    #[test]
+    fn http_subscriptions_hold_at_most_half_the_connections() {
+        assert_eq!(listen_limit(9), 4);
+        assert_eq!(listen_limit(4 * MAX_LISTENS), MAX_LISTENS);
+    }
+
     /// An HTTP listen stream's queue holds all a subscription of the largest size sends
     /// before its client reads a byte (the stream may start late): the acknowledgement, a
     /// first state and one change (here its end, with a kilobyte of status message) for
