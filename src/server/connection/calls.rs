@@ -466,17 +466,18 @@ fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
 mod tests {
     use std::time::Duration;
 
-    use crossbeam_channel::{Receiver, Sender};
+    use crossbeam_channel::Sender;
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::server::{demo, text_result, Server};
+    use crate::server::{demo, Server};
 
     const WAIT: Duration = Duration::from_secs(10);
 
     /// A tool that says it started on `started`, waits for `gate`, and returns whether its
     /// call was cancelled meanwhile.
-    fn gated_tool(started: Sender<()>, gate: Receiver<()>) -> Tool {
+    #[cfg(feature = "http")]
+    fn gated_tool(started: Sender<()>, gate: crossbeam_channel::Receiver<()>) -> Tool {
         Tool::new(
             "gated",
             "Waits for the test, then says whether it was cancelled",
@@ -485,7 +486,10 @@ mod tests {
             move |_, ctx| {
                 started.send(()).unwrap();
                 gate.recv_timeout(WAIT).unwrap();
-                Ok(text_result(format!("cancelled: {}", ctx.is_cancelled())))
+                let cancelled = ctx.is_cancelled();
+                Ok(crate::server::text_result(format!(
+                    "cancelled: {cancelled}"
+                )))
             },
         )
     }
