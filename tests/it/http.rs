@@ -584,6 +584,51 @@ fn the_2026_header_alone_never_reaches_the_2025_handlers() {
     );
 }
 
+/// The routing headers are there so that what stands before the server (a gateway that
+/// routes or authorises by method and tool) can trust them without reading the body. A
+/// request that repeats `Mcp-Method` or `Mcp-Name` carries two values, and such an
+/// intermediary may read the other one than the server: it gets -32020 with HTTP 400
+/// whichever of them matches the body, and the tool does not run.
+#[test]
+fn repeated_routing_headers_are_a_header_mismatch() {
+    let http = start();
+    let addr = http.local_addr();
+    let greet = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "greet", "arguments": {"name": "x"}, "_meta": meta_2026(false)}});
+    for headers in [
+        [
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "greet"),
+            ("Mcp-Name", "fail"),
+        ],
+        [
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "greet"),
+            ("Mcp-Name", "greet"),
+        ],
+        [
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Method", "tools/list"),
+            ("Mcp-Name", "greet"),
+        ],
+    ] {
+        let reply = post(addr, &headers, &greet);
+        assert_eq!(
+            (reply.status, reply.code()),
+            (400, -32020),
+            "{headers:?}: {}",
+            reply.json()
+        );
+    }
+    // Once each, it is served.
+    let reply = post(
+        addr,
+        &[("Mcp-Method", "tools/call"), ("Mcp-Name", "greet")],
+        &greet,
+    );
+    assert_eq!(reply.json()["result"]["content"][0]["text"], "Hello, x!");
+}
+
 #[test]
 fn an_unsupported_protocol_version_header_gets_400() {
     let http = start();

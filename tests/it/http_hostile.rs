@@ -1917,9 +1917,14 @@ fn check_rpc(body: &[u8], head: &Head, live: Option<&str>, reply: &Reply) -> Res
 }
 
 /// Whether a 2026-07-28 request's routing headers match its body: `Mcp-Method` the
-/// method, `Mcp-Name` (plain or encoded) the tool or task it names.
+/// method, `Mcp-Name` (plain or encoded) the tool or task it names, each sent once.
 fn routed(head: &Head, method: &str, params: Option<&Value>) -> bool {
-    if head.field("Mcp-Method") != Some(method) {
+    let once = |name| {
+        let mut values = head.fields_named(name);
+        let first = values.next();
+        values.next().is_none().then_some(first).flatten()
+    };
+    if once("Mcp-Method") != Some(method) {
         return false;
     }
     let named = match method {
@@ -1928,7 +1933,7 @@ fn routed(head: &Head, method: &str, params: Option<&Value>) -> bool {
         _ => return true,
     };
     let named = named.and_then(Value::as_str).unwrap_or("");
-    head.field("Mcp-Name")
+    once("Mcp-Name")
         .is_some_and(|v| v == named && !v.starts_with("=?base64?") || v == encoded(named))
 }
 

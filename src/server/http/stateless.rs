@@ -151,14 +151,19 @@ fn listen(
 }
 
 /// SEP-2243 routing headers: `Mcp-Method` must name the body's method, and `Mcp-Name` the
-/// tool (for `tools/call`) or the task (for `tasks/get|update|cancel`).
+/// tool (for `tools/call`) or the task (for `tasks/get|update|cancel`), each sent once.
 pub(super) fn check_routing_headers(
     head: &Head,
     method: &str,
     params: Option<&Value>,
 ) -> Result<(), RpcError> {
     let mismatch = |what: String| RpcError::new(sep2663::HEADER_MISMATCH, what);
-    match head.field("Mcp-Method") {
+    // Two values would let an intermediary act on one while the body is checked against
+    // the other.
+    let field = |name: &str| {
+        (head.single_field(name)).map_err(|_| mismatch(format!("the {name} header is repeated")))
+    };
+    match field("Mcp-Method")? {
         Some(value) if value == method => {}
         Some(value) => {
             return Err(mismatch(format!(
@@ -174,7 +179,7 @@ pub(super) fn check_routing_headers(
     };
     let named = named.and_then(Value::as_str).unwrap_or("");
     // A name that cannot ride in a header as it is arrives encoded (SEP-2243).
-    match head.field("Mcp-Name") {
+    match field("Mcp-Name")? {
         Some(value) if header_value::decode(value).as_deref() == Some(named) => Ok(()),
         Some(value) => Err(mismatch(format!(
             "Mcp-Name header '{value}' does not match '{named}'"

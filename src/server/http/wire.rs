@@ -58,6 +58,10 @@ pub(super) struct Head {
     pub(super) fields: Vec<(String, String)>,
 }
 
+/// A header field the request repeats where it may hold one value only.
+#[derive(Debug)]
+pub(super) struct Repeated;
+
 /// Why a request could not be read.
 #[derive(Debug)]
 pub(super) enum ReadError {
@@ -98,6 +102,18 @@ impl Head {
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of the one field called `name`: `Err` when the request repeats it. A
+    /// field that is no list has one value (RFC 9110 §5.3), and a client that sends two
+    /// lets whoever reads the request (an intermediary, the server) pick a different one.
+    pub(super) fn single_field(&self, name: &str) -> Result<Option<&str>, Repeated> {
+        let mut values = (self.fields.iter()).filter(|(n, _)| n.eq_ignore_ascii_case(name));
+        let first = values.next().map(|(_, v)| v.as_str());
+        match values.next() {
+            Some(_) => Err(Repeated),
+            None => Ok(first),
+        }
     }
 
     fn fields_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
