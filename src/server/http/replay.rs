@@ -5,6 +5,10 @@
 //! dead (a proxy or NAT dropped it without a word) was lost, and a tool waiting on an
 //! elicitation it carried waited until its task's TTL.
 //!
+//! A request to the client outlives the notifications recorded after it: status
+//! notifications are optional and a newer one says more, while a request that never
+//! arrives leaves its tool waiting.
+//!
 //! Event ids are positions in the session's sequence of messages, from 1. A stream starts
 //! with a priming event (an id and no data, as the spec asks of a server that opens a
 //! stream) naming the position it starts at, so a client that loses the stream before any
@@ -14,8 +18,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use serde_json::Value;
 
-/// Most messages a session keeps for replay...
+/// Most messages a session keeps for replay (requests to the client first, then the
+/// latest notifications)...
 pub(super) const KEEP_MESSAGES: usize = 128;
 /// ...and most bytes of them (the newest is always kept, whatever its size): with the
 /// default 1,024 sessions, at most a quarter of a GiB in all, and a few tens of KiB per
@@ -33,24 +39,44 @@ struct Kept {
     /// The id of the newest message a stream took to write. Those after it were recorded
     /// by a stream that found itself replaced before it wrote them: nobody has them yet.
     taken: u64,
-    /// The latest messages, oldest first, with consecutive ids ending at `newest`.
-    messages: VecDeque<Arc<str>>,
+    /// The kept messages, oldest first, the newest last: the latest ones, and the
+    /// requests among those before them.
+    messages: VecDeque<Message>,
     bytes: usize,
+    /// The id of the newest message no longer kept (0: none).
+    dropped: u64,
+}
+
+#[derive(Debug)]
+struct Message {
+    id: u64,
+    text: Arc<str>,
+    /// A request to the client, which its tool waits on (not a notification).
+    request: bool,
 }
 
 impl Replay {
     /// Gives the next message its id and keeps it, for whichever stream writes it (see
-    /// [`after`](Self::after)).
-    pub(super) fn record(&self, message: &str) {
+    /// [`after`](Self::after)). Past the bounds the oldest notification goes, or the
+    /// oldest request when only requests are older than the newest message.
+    pub(super) fn record(&self, message: &Value) {
+        let text: Arc<str> = message.to_string().into();
+        let request = message.get("id").is_some() && message.get("method").is_some();
         let mut kept = self.0.lock();
         kept.newest += 1;
-        kept.bytes += message.len();
-        kept.messages.push_back(message.into());
+        kept.bytes += text.len();
+        let id = kept.newest;
+        kept.messages.push_back(Message { id, text, request });
         while kept.messages.len() > KEEP_MESSAGES
             || (kept.bytes > KEEP_BYTES && kept.messages.len() > 1)
         {
-            if let Some(old) = kept.messages.pop_front() {
-                kept.bytes -= old.len();
+            let newest = kept.messages.len() - 1;
+            let at = (kept.messages.iter().position(|m| !m.request))
+                .filter(|&at| at < newest)
+                .unwrap_or(0);
+            if let Some(old) = kept.messages.remove(at) {
+                kept.bytes -= old.text.len();
+                kept.dropped = kept.dropped.max(old.id);
             }
         }
     }
@@ -88,17 +114,16 @@ impl Replay {
 impl Kept {
     /// The events for the messages kept after `cursor`, which moves past them, all taken.
     fn take(&mut self, cursor: &mut Cursor) -> Vec<String> {
-        let oldest = self.newest + 1 - self.messages.len() as u64;
-        if cursor.0 + 1 < oldest {
+        if cursor.0 < self.dropped {
             log::warn!(
-                "an event stream missed {} messages no longer kept",
-                oldest - cursor.0 - 1
+                "an event stream missed messages no longer kept (after event {}, up to {})",
+                cursor.0,
+                self.dropped
             );
         }
-        let events = (oldest..)
-            .zip(&self.messages)
-            .filter(|(id, _)| *id > cursor.0)
-            .map(|(id, message)| event(id, message))
+        let events = (self.messages.iter())
+            .filter(|m| m.id > cursor.0)
+            .map(|m| event(m.id, &m.text))
             .collect();
         cursor.0 = self.newest;
         self.taken = self.newest;
@@ -116,6 +141,8 @@ fn event(id: u64, message: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn resumed(replay: &Replay, last: Option<&str>) -> Vec<String> {
@@ -127,14 +154,14 @@ mod tests {
         let replay = Replay::default();
         assert_eq!(resumed(&replay, None), ["id: 0\ndata: \n\n"]);
         let (mut cursor, _) = replay.start(None);
-        replay.record("{}");
+        replay.record(&json!({}));
         assert_eq!(
             replay.after(&mut cursor),
             ["id: 1\nevent: message\ndata: {}\n\n"]
         );
         assert!(replay.after(&mut cursor).is_empty(), "written twice");
-        replay.record("[2]");
-        replay.record("[3]");
+        replay.record(&json!([2]));
+        replay.record(&json!([3]));
         assert_eq!(
             resumed(&replay, Some("1")),
             [
@@ -149,7 +176,7 @@ mod tests {
         }
         // What another stream recorded after this one started reaches it too.
         let (mut late, _) = replay.start(None);
-        replay.record("[4]");
+        replay.record(&json!([4]));
         assert_eq!(
             replay.after(&mut late),
             ["id: 4\nevent: message\ndata: [4]\n\n"]
@@ -160,12 +187,12 @@ mod tests {
     fn a_fresh_stream_gets_what_a_replaced_stream_recorded_but_never_wrote() {
         let replay = Replay::default();
         let (mut old, _) = replay.start(None);
-        replay.record("[1]");
+        replay.record(&json!([1]));
         assert_eq!(replay.after(&mut old).len(), 1, "the old stream writes [1]");
         // The old stream takes [2] off the session's queue and records it, then finds
         // itself replaced and writes nothing: a stream that starts without resuming (no
         // `Last-Event-ID`) must still carry it, since no stream ever did.
-        replay.record("[2]");
+        replay.record(&json!([2]));
         let (mut new, events) = replay.start(None);
         assert_eq!(
             events,
@@ -176,26 +203,52 @@ mod tests {
         assert!(replay.after(&mut old).is_empty(), "written twice");
         assert!(replay.after(&mut new).is_empty(), "written twice");
         // What a stream wrote is not written again to one that starts without resuming.
-        replay.record("[3]");
+        replay.record(&json!([3]));
         assert_eq!(replay.after(&mut new).len(), 1);
         assert_eq!(resumed(&replay, None), ["id: 3\ndata: \n\n"]);
+    }
+
+    /// A request to the client (an elicitation its tool waits on) must reach a client that
+    /// resumes: one that never arrives leaves the tool waiting until its task's TTL. Status
+    /// notifications are optional and a newer one says more, so however many follow it
+    /// (a busy session whose stream died without a word), they go first.
+    #[test]
+    fn a_request_outlives_the_notifications_that_follow_it() {
+        let replay = Replay::default();
+        let request = json!({"jsonrpc": "2.0", "id": "s-1", "method": "elicitation/create"});
+        replay.record(&request);
+        for n in 0..KEEP_MESSAGES + 10 {
+            replay.record(
+                &json!({"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": n}),
+            );
+        }
+        let resumed = resumed(&replay, Some("0"));
+        assert!(
+            resumed[0].starts_with("id: 1\n") && resumed[0].contains(&request.to_string()),
+            "{}",
+            resumed[0]
+        );
+        assert_eq!(resumed.len(), KEEP_MESSAGES + 1, "no more kept in all");
+        // The newest notifications are the ones kept, in order, and the newest ids.
+        let last = format!("id: {}\nevent: message", KEEP_MESSAGES + 11);
+        assert!(resumed[KEEP_MESSAGES - 1].starts_with(&last));
     }
 
     #[test]
     fn only_the_latest_messages_are_kept() {
         let replay = Replay::default();
         for n in 0..KEEP_MESSAGES + 10 {
-            replay.record(&n.to_string());
+            replay.record(&json!(n));
         }
         let all = resumed(&replay, Some("0"));
         assert_eq!(all.len(), KEEP_MESSAGES + 1);
         assert!(all[0].starts_with("id: 11\n"), "{}", all[0]);
         // Bytes bound it too, but the newest message is kept whatever its size.
         let big = "x".repeat(KEEP_BYTES / 2 + 1);
-        replay.record(&big);
-        replay.record(&big);
+        replay.record(&json!(big));
+        replay.record(&json!(big));
         let newest = "y".repeat(KEEP_BYTES + 1);
-        replay.record(&newest);
+        replay.record(&json!(newest));
         let kept = resumed(&replay, Some("0"));
         assert_eq!(kept.len(), 2);
         assert!(kept[0].contains(&newest));

@@ -530,7 +530,7 @@ fn stream_events(
         select! {
             recv(session.outgoing) -> message => {
                 let Ok(message) = message else { break };
-                session.replay.record(&message.to_string());
+                session.replay.record(&message);
             }
             recv(session.ended.closed()) -> _ => break,
             recv(state.stopping.closed()) -> _ => break,
