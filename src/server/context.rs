@@ -292,6 +292,10 @@ pub struct TaskContext {
     declared: Option<Vec<String>>,
     /// The worker pool's places, lent while the tool waits on its client.
     places: Option<Places>,
+    /// How many 2025-11-25 input rounds the tool has waiting (its threads may ask at once):
+    /// the task goes back to `working` only when the last one is answered. Held while the
+    /// status is written, so a round that starts as another ends cannot be undone by it.
+    asking: Mutex<usize>,
 }
 
 impl fmt::Debug for TaskContext {
@@ -322,6 +326,7 @@ impl TaskContext {
             call_responses: None,
             declared: None,
             places: None,
+            asking: Mutex::new(0),
         }
     }
 
@@ -511,9 +516,13 @@ impl TaskContext {
         {
             return Err(undeclared(method));
         }
-        self.store
-            .update_status(id, session, TaskStatus::InputRequired, None)
-            .map_err(ended_or_internal)?;
+        {
+            let mut asking = self.asking.lock();
+            self.store
+                .update_status(id, session, TaskStatus::InputRequired, None)
+                .map_err(ended_or_internal)?;
+            *asking += 1;
+        }
         let answers: Result<Vec<Value>, RpcError> = self.waiting_on_client(|| {
             requests
                 .into_iter()
@@ -523,10 +532,15 @@ impl TaskContext {
                 })
                 .collect()
         });
-        // Back to work, unless the task ended meanwhile (then this fails harmlessly).
-        let _ = self
-            .store
-            .update_status(id, session, TaskStatus::Working, None);
+        // Back to work once no other round waits, unless the task ended meanwhile (then
+        // this fails harmlessly).
+        let mut asking = self.asking.lock();
+        *asking -= 1;
+        if *asking == 0 {
+            let _ = self
+                .store
+                .update_status(id, session, TaskStatus::Working, None);
+        }
         answers
     }
 

@@ -119,6 +119,34 @@ fn chatty_ask_tool() -> Tool {
     )
 }
 
+/// How many of [`two_asks_tool`]'s questions got their answer (and the tool moved on).
+static TWO_ASKS_ANSWERED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Asks two questions through elicitation at once, from two of its threads, and returns
+/// both answers.
+fn two_asks_tool() -> Tool {
+    Tool::new(
+        "two_asks",
+        "Asks two questions at once from two threads",
+        json!({"type": "object"}),
+        TaskSupport::Required,
+        |_, ctx| {
+            let ask = || {
+                let answer =
+                    ctx.elicit(json!({"message": "?", "requestedSchema": {"type": "object"}}));
+                TWO_ASKS_ANSWERED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                answer
+            };
+            let (first, second) = std::thread::scope(|scope| {
+                let first = scope.spawn(ask);
+                let second = scope.spawn(ask);
+                (first.join().unwrap(), second.join().unwrap())
+            });
+            Ok(text_result(format!("{} {}", first?, second?)))
+        },
+    )
+}
+
 /// How many times [`counted_tool`] ran.
 static COUNTED_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
@@ -207,6 +235,7 @@ impl Harness {
             payload_bomb_tool(),
             counted_tool(),
             ask_nothing_tool(),
+            two_asks_tool(),
         ]) {
             builder = builder.tool(tool);
         }
@@ -1201,6 +1230,40 @@ fn progress_messages_never_hide_a_question_behind_working() {
         );
         h.result("tasks/result", json!({"taskId": id}));
     }
+}
+
+/// A tool asking two questions at once (from two threads) on 2025-11-25 stays
+/// `input_required` until both are answered: the first answer must not show the task
+/// `working` while the other question still waits on the client.
+#[test]
+fn a_task_asking_twice_at_once_waits_on_input_until_both_are_answered() {
+    let mut h = Harness::new();
+    h.initialize(json!({"elicitation": {"form": {}}}));
+    let id = h.start("two_asks", json!({}));
+    let first = h.next_outgoing("elicitation/create");
+    let second = h.next_outgoing("elicitation/create");
+    let answer = |h: &Harness, request: &Value, text: &str| {
+        let answer = json!({"jsonrpc": "2.0", "id": request["id"],
+                            "result": {"action": "accept", "content": {"answer": text}}});
+        h.connection.handle_text(
+            &answer.to_string(),
+            Box::new(|_| panic!("a response gets no response")),
+        );
+    };
+    answer(&h, &first, "one");
+    let deadline = std::time::Instant::now() + WAIT;
+    while TWO_ASKS_ANSWERED.load(std::sync::atomic::Ordering::SeqCst) < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the answer never arrived"
+        );
+        std::thread::yield_now();
+    }
+    let task = h.result("tasks/get", json!({"taskId": id}));
+    assert_eq!(task["status"], "input_required", "{task}");
+    answer(&h, &second, "two");
+    let result = h.result("tasks/result", json!({"taskId": id}));
+    assert!(result["content"][0]["text"].is_string(), "{result}");
 }
 
 /// Found by `hostile::elicitation_answers_of_any_shape_2025` (minimised: the client
