@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use serde_json::{json, Value};
 
-use super::pool::Places;
+use super::pool::{Lent, Places};
 use crate::model::{InputRequests, SessionId, TaskId, TaskStatus};
 use crate::protocol::jsonrpc::INTERNAL_ERROR;
 use crate::protocol::{sep2663, v2025, Revision, RpcError};
@@ -292,6 +292,9 @@ pub struct TaskContext {
     declared: Option<Vec<String>>,
     /// The worker pool's places, lent while the tool waits on its client.
     places: Option<Places>,
+    /// How many of the tool's threads wait on its client, and the place lent while any
+    /// does: a tool may ask from threads of its own while its worker waits for them.
+    lent: Mutex<(usize, Option<Lent>)>,
     /// How many 2025-11-25 input rounds the tool has waiting (its threads may ask at once):
     /// the task goes back to `working` only when the last one is answered. Held while the
     /// status is written, so a round that starts as another ends cannot be undone by it.
@@ -326,23 +329,46 @@ impl TaskContext {
             call_responses: None,
             declared: None,
             places: None,
+            lent: Mutex::new((0, None)),
             asking: Mutex::new(0),
         }
     }
 
     /// Lends the tool's worker-pool place through `places` whenever it waits on its
-    /// client (see `pool`).
+    /// client (see `pool`). Made on the pool thread that runs the tool (elsewhere there is
+    /// no place to lend, and none is).
     pub(crate) fn with_places(mut self, places: Places) -> TaskContext {
-        self.places = Some(places);
+        self.places = places.if_in_pool();
         self
     }
 
-    /// Runs `wait`, a wait on the client, with the tool's pool place lent meanwhile.
+    /// Runs `wait`, a wait on the client, with the tool's pool place lent meanwhile: from
+    /// the first of its threads that waits until the last is done, whichever thread that
+    /// is (the pool thread itself may be waiting for them).
     fn waiting_on_client<R>(&self, wait: impl FnOnce() -> R) -> R {
-        match &self.places {
-            Some(places) => places.lend(wait),
-            None => wait(),
+        let Some(places) = &self.places else {
+            return wait();
+        };
+        {
+            let mut lent = self.lent.lock();
+            lent.0 += 1;
+            if lent.1.is_none() {
+                lent.1 = Some(places.lend_place());
+            }
         }
+        // Taken back however the wait ends, panics included.
+        struct Back<'a>(&'a Mutex<(usize, Option<Lent>)>);
+        impl Drop for Back<'_> {
+            fn drop(&mut self) {
+                let mut lent = self.0.lock();
+                lent.0 -= 1;
+                if lent.0 == 0 {
+                    lent.1 = None;
+                }
+            }
+        }
+        let _back = Back(&self.lent);
+        wait()
     }
 
     /// Attaches the `inputResponses` the call carried (SEP-2663 multi-round-trip).

@@ -117,13 +117,35 @@ impl WorkerPool {
     }
 }
 
+/// A pool place lent to a stand-in (see [`Places::lend_place`]), taken back when dropped.
+#[derive(Debug)]
+pub(crate) struct Lent(Arc<Shared>);
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        self.0.counts.lock().lent -= 1;
+    }
+}
+
 impl Places {
+    /// These places, if the calling thread is one of the pool's (only a job running there
+    /// holds a place to lend).
+    pub(crate) fn if_in_pool(&self) -> Option<Places> {
+        IN_POOL.with(Cell::get).then(|| self.clone())
+    }
+
     /// Runs `wait` (a wait on the client) with this thread's pool place lent to a stand-in,
     /// when called on one of the pool's threads and the cap allows; otherwise just runs it.
+    #[cfg(test)]
     pub(crate) fn lend<R>(&self, wait: impl FnOnce() -> R) -> R {
-        if !IN_POOL.with(Cell::get) {
-            return wait();
-        }
+        let _lent = self.if_in_pool().map(|places| places.lend_place());
+        wait()
+    }
+
+    /// Lends the place of a job running on one of the pool's threads to a stand-in (when
+    /// the cap allows), until the returned guard drops, however the wait ends. The job may
+    /// wait on any of its threads meanwhile; it must lend its place once at a time.
+    pub(crate) fn lend_place(&self) -> Lent {
         let shared = &self.0;
         let stand_in = {
             let mut counts = shared.counts.lock();
@@ -142,15 +164,7 @@ impl Places {
                 shared.counts.lock().threads -= 1;
             }
         }
-        // Taken back however the wait ends, panics included.
-        struct Back<'a>(&'a Shared);
-        impl Drop for Back<'_> {
-            fn drop(&mut self) {
-                self.0.counts.lock().lent -= 1;
-            }
-        }
-        let _back = Back(shared);
-        wait()
+        Lent(shared.clone())
     }
 }
 

@@ -119,7 +119,8 @@ fn chatty_ask_tool() -> Tool {
     )
 }
 
-/// How many of [`two_asks_tool`]'s questions got their answer (and the tool moved on).
+/// How many of [`two_asks_tool`]'s questions got their answer (and the tool moved on), in
+/// its runs called with `counted: true` (one test's).
 static TWO_ASKS_ANSWERED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Asks two questions through elicitation at once, from two of its threads, and returns
@@ -130,11 +131,13 @@ fn two_asks_tool() -> Tool {
         "Asks two questions at once from two threads",
         json!({"type": "object"}),
         TaskSupport::Required,
-        |_, ctx| {
+        |args, ctx| {
             let ask = || {
                 let answer =
                     ctx.elicit(json!({"message": "?", "requestedSchema": {"type": "object"}}));
-                TWO_ASKS_ANSWERED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if args["counted"] == true {
+                    TWO_ASKS_ANSWERED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
                 answer
             };
             let (first, second) = std::thread::scope(|scope| {
@@ -1239,7 +1242,7 @@ fn progress_messages_never_hide_a_question_behind_working() {
 fn a_task_asking_twice_at_once_waits_on_input_until_both_are_answered() {
     let mut h = Harness::new();
     h.initialize(json!({"elicitation": {"form": {}}}));
-    let id = h.start("two_asks", json!({}));
+    let id = h.start("two_asks", json!({"counted": true}));
     let first = h.next_outgoing("elicitation/create");
     let second = h.next_outgoing("elicitation/create");
     let answer = |h: &Harness, request: &Value, text: &str| {
@@ -1468,6 +1471,23 @@ fn tools_waiting_on_the_client_do_not_hold_the_workers() {
     for id in asking {
         h.result("tasks/cancel", json!({"taskId": id}));
     }
+}
+
+/// A tool that asks its client from threads of its own (while its worker waits for them)
+/// lends its worker's place all the same: with one worker, the next call still runs.
+#[test]
+fn a_tool_asking_from_its_own_threads_does_not_hold_its_worker() {
+    let mut h = Harness::with_workers(1);
+    h.initialize(json!({"elicitation": {}}));
+    let id = h.start("two_asks", json!({}));
+    h.next_outgoing("elicitation/create");
+    h.next_outgoing("elicitation/create");
+    let echoed = h.result(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "hi"}}),
+    );
+    assert_eq!(echoed["content"][0]["text"], "hi", "{echoed}");
+    h.result("tasks/cancel", json!({"taskId": id}));
 }
 
 /// A question nobody needs answered any more is withdrawn, as a cancelled plain call's is:
