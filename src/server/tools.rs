@@ -32,7 +32,8 @@ impl TaskSupport {
 }
 
 /// What a tool returns: a `CallToolResult` object (which may carry `isError: true`), or a
-/// JSON-RPC error.
+/// JSON-RPC error. A result that is not an object is the tool's failure: the call gets an
+/// internal error (-32603) instead.
 pub type ToolResult = Result<Value, RpcError>;
 
 type Handler = dyn Fn(Value, &TaskContext) -> ToolResult + Send + Sync;

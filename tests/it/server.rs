@@ -2593,6 +2593,44 @@ fn a_tool_result_answered_inline_is_complete_whatever_resulttype_it_carries() {
     }
 }
 
+/// A tool result must be a `CallToolResult` object: one that is not (a tool passing on
+/// whatever another server answered, say) is the tool's failure, an internal error, on
+/// every path. Handed on, it broke the protocol: no `resultType` on 2026-07-28, no
+/// related-task `_meta` on `tasks/result`, a `result` that is no object in `tasks/get`.
+#[test]
+fn a_tool_result_that_is_not_an_object_is_an_internal_error_everywhere() {
+    for result in [
+        json!(null),
+        json!(42),
+        json!("text"),
+        json!([{"type": "text"}]),
+    ] {
+        let mut h = Harness::new();
+        let reply = h.call_2026("passthrough", json!({ "result": result }), false);
+        assert_eq!(reply["error"]["code"], -32603, "inline 2026-07-28: {reply}");
+        let created = h.call_2026("passthrough", json!({"result": result}), true);
+        match created["result"]["resultType"].as_str() {
+            Some("task") => {
+                let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+                let done = h.poll_2026(&id, &["completed", "failed"]);
+                assert_eq!(done["status"], "failed", "{done}");
+                assert_eq!(done["error"]["code"], -32603, "{done}");
+            }
+            _ => assert_eq!(created["error"]["code"], -32603, "{created}"),
+        }
+
+        h.initialize(json!({}));
+        let reply = h.request(
+            "tools/call",
+            json!({"name": "passthrough", "arguments": {"result": result}}),
+        );
+        assert_eq!(reply["error"]["code"], -32603, "inline 2025-11-25: {reply}");
+        let id = h.start("passthrough", json!({ "result": result }));
+        let reply = h.request("tasks/result", json!({"taskId": id}));
+        assert_eq!(reply["error"]["code"], -32603, "task 2025-11-25: {reply}");
+    }
+}
+
 // ------------------------------------------------------------ subscriptions/listen (SEP-2663)
 
 impl Harness {

@@ -433,7 +433,9 @@ fn inline_outcome(revision: Revision, outcome: Result<Value, RpcError>) -> Resul
     }
 }
 
-/// Runs `tool` on a worker, its panic turned into an error.
+/// Runs `tool` on a worker, its panic turned into an error, and so is a result that is no
+/// `CallToolResult` object (which no revision can hand on: it would carry no `resultType`
+/// on 2026-07-28, no related-task `_meta` from `tasks/result`).
 fn run_tool(tool: &Tool, arguments: Value, context: &TaskContext) -> Result<Value, RpcError> {
     // Cancelled while it waited for a worker (a `tasks/cancel`, a `DELETE`, its TTL, a
     // client's `notifications/cancelled`): nobody wants its work any more, and a tool with
@@ -441,15 +443,21 @@ fn run_tool(tool: &Tool, arguments: Value, context: &TaskContext) -> Result<Valu
     if context.is_cancelled() {
         return Err(Cancelled.into());
     }
-    std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(arguments, context))).unwrap_or_else(
-        |payload| {
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(arguments, context)))
+        .unwrap_or_else(|payload| {
             drop_payload(payload);
             Err(RpcError::internal(format!(
                 "tool '{}' panicked",
                 tool.name()
             )))
-        },
-    )
+        });
+    match outcome {
+        Ok(result) if !result.is_object() => Err(RpcError::internal(format!(
+            "tool '{}' returned a result that is not an object",
+            tool.name()
+        ))),
+        outcome => outcome,
+    }
 }
 
 /// Drops a tool's panic payload. Its own drop may panic too (`panic_any` takes any value):
