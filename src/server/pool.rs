@@ -10,11 +10,12 @@
 //! ([`MAX_STAND_INS`]); past that, a waiting tool keeps its place, as before.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -50,6 +51,11 @@ pub(crate) struct WorkerPool {
 struct Shared {
     inbox: Receiver<Job>,
     workers: usize,
+    /// Most jobs that may wait in `inbox`, and how many do. Counted rather than set as
+    /// the channel's capacity, which would be allocated up front: any bound is valid,
+    /// and only the jobs that wait take memory.
+    queue: usize,
+    queued: AtomicUsize,
     counts: Mutex<Counts>,
 }
 
@@ -84,11 +90,13 @@ impl WorkerPool {
     /// memory), the error is returned and the workers already started exit, as their queue
     /// closes.
     pub(crate) fn new(workers: usize, queue: usize) -> std::io::Result<WorkerPool> {
-        let (jobs, inbox) = crossbeam_channel::bounded::<Job>(queue);
+        let (jobs, inbox) = crossbeam_channel::unbounded::<Job>();
         let workers = workers.max(1);
         let shared = Arc::new(Shared {
             inbox,
             workers,
+            queue,
+            queued: AtomicUsize::new(0),
             counts: Mutex::new(Counts {
                 threads: workers,
                 lent: 0,
@@ -106,8 +114,18 @@ impl WorkerPool {
     }
 
     pub(crate) fn submit(&self, job: impl FnOnce() + Send + 'static) -> Result<(), Busy> {
-        self.jobs.try_send(Box::new(job)).map_err(|e| match e {
-            TrySendError::Full(_) | TrySendError::Disconnected(_) => Busy,
+        let shared = &self.places.0;
+        let room = shared
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < shared.queue).then_some(n + 1)
+            });
+        if room.is_err() {
+            return Err(Busy);
+        }
+        self.jobs.send(Box::new(job)).map_err(|_| {
+            shared.queued.fetch_sub(1, Ordering::AcqRel);
+            Busy
         })
     }
 
@@ -183,6 +201,7 @@ fn serve(shared: &Shared) {
     loop {
         match shared.inbox.recv_timeout(SURPLUS_IDLE) {
             Ok(job) => {
+                shared.queued.fetch_sub(1, Ordering::AcqRel);
                 // A panicking tool must not take its worker down with it.
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
             }
@@ -237,6 +256,38 @@ mod tests {
         while pool.places.0.counts.lock().threads > 1 {
             assert!(std::time::Instant::now() < deadline, "stand-ins stayed");
             std::thread::yield_now();
+        }
+    }
+
+    /// The queue holds at most `queue` jobs waiting for a worker: one more is refused, and
+    /// a place is free again once a worker takes a job.
+    #[test]
+    fn jobs_past_the_queue_are_refused_until_a_worker_takes_one() {
+        let pool = WorkerPool::new(1, 2).unwrap();
+        let (release, released) = crossbeam_channel::unbounded::<()>();
+        let (started, start) = crossbeam_channel::unbounded::<()>();
+        let (done, finished) = crossbeam_channel::unbounded::<()>();
+        let job = |released: Receiver<()>, started: Sender<()>, done: Sender<()>| {
+            move || {
+                started.send(()).unwrap();
+                released.recv().unwrap();
+                done.send(()).unwrap();
+            }
+        };
+        let submit =
+            |pool: &WorkerPool| pool.submit(job(released.clone(), started.clone(), done.clone()));
+        submit(&pool).unwrap();
+        start.recv_timeout(Duration::from_secs(10)).unwrap(); // the worker is busy
+        submit(&pool).unwrap();
+        submit(&pool).unwrap();
+        assert!(submit(&pool).is_err(), "two wait already");
+        release.send(()).unwrap();
+        start.recv_timeout(Duration::from_secs(10)).unwrap(); // it took the next
+        submit(&pool).unwrap();
+        assert!(submit(&pool).is_err(), "two wait again");
+        for _ in 0..4 {
+            release.send(()).unwrap();
+            finished.recv_timeout(Duration::from_secs(10)).unwrap();
         }
     }
 

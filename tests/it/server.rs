@@ -633,6 +633,36 @@ fn zero_workers_queue_or_waiting_places_are_refused_at_build() {
     }
 }
 
+/// Any queue length is a valid bound on the calls that wait for a worker (`usize::MAX`:
+/// no bound): building the server neither panics nor sets memory aside for the calls
+/// that may one day wait.
+#[test]
+fn a_server_builds_and_serves_with_any_queue_length() {
+    for queue in [1 << 40, usize::MAX] {
+        let server = Server::builder()
+            .queue(queue)
+            .tool(
+                demo::tools()
+                    .into_iter()
+                    .find(|t| t.name() == "echo")
+                    .unwrap(),
+            )
+            .build()
+            .expect("any queue length but 0 is valid");
+        let (tx, _outgoing) = crossbeam_channel::unbounded();
+        let connection = server.connect(tx, None);
+        let (answer_tx, answers) = crossbeam_channel::bounded(1);
+        let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": "echo", "arguments": {"text": "hi"}}});
+        connection.handle_text(
+            &call.to_string(),
+            Box::new(move |answer| answer_tx.send(answer).unwrap()),
+        );
+        let answer = answers.recv_timeout(WAIT).expect("an answer");
+        assert_eq!(answer["result"]["content"][0]["text"], "hi", "{answer}");
+    }
+}
+
 /// A server on a store of its own where at most `max` `tasks/result` calls may wait, with
 /// one channel that every request sent through [`send`](Self::send) is answered on.
 struct WaitingPlaces {
