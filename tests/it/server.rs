@@ -2364,6 +2364,29 @@ fn a_cancelled_plain_call_waiting_on_the_client_frees_its_worker() {
     );
 }
 
+/// A failed task's status message, taken from its tool's error, stays short however long
+/// the error is: it goes out with every `tasks/get`, every `tasks/list` entry and every
+/// status notification, where the error itself is read once, whole, from `tasks/result`.
+#[test]
+fn the_status_message_of_a_long_tool_error_stays_short() {
+    let mut h = Harness::new();
+    h.initialize(json!({}));
+    let text = "é".repeat(500_000);
+    let result = json!({"content": [{"type": "text", "text": text}], "isError": true});
+    let id = h.start("passthrough", json!({ "result": result }));
+    let full = h.result("tasks/result", json!({"taskId": id}));
+    assert_eq!(
+        full["content"][0]["text"],
+        text.as_str(),
+        "the error itself is whole"
+    );
+    let task = h.result("tasks/get", json!({"taskId": id}));
+    assert_eq!(task["status"], "failed");
+    let said = task["statusMessage"].as_str().expect("a status message");
+    assert!(said.starts_with("Tool error: éé"), "{said}");
+    assert!(said.len() <= 1024, "{} bytes", said.len());
+}
+
 /// A result the store refuses (nested past `MAX_PAYLOAD_DEPTH`) still ends its task:
 /// failed, saying why, rather than `working` until its TTL.
 #[test]

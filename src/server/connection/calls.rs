@@ -236,6 +236,7 @@ impl Connection {
             Revision::V2025 => v2025::settle(outcome),
             Revision::Sep2663 => sep2663::settle(outcome),
         };
+        let message = message.map(shortened);
         let session = self.session.as_ref();
         let store = &self.core.store;
         match store.store_result(id, session, status, outcome, message) {
@@ -431,6 +432,25 @@ fn inline_outcome(revision: Revision, outcome: Result<Value, RpcError>) -> Resul
         Revision::V2025 => outcome,
         Revision::Sep2663 => outcome.map(|result| sep2663::with_result_type(result, "complete")),
     }
+}
+
+/// The longest status message, in bytes, a task gets from its tool's outcome.
+const MAX_SETTLED_MESSAGE: usize = 1024;
+
+/// `message` cut to [`MAX_SETTLED_MESSAGE`] bytes (on a character boundary, with `…`): a
+/// status message goes out with every `tasks/get`, `tasks/list` entry and status
+/// notification, where the outcome it comes from is read once, whole.
+fn shortened(mut message: String) -> String {
+    if message.len() <= MAX_SETTLED_MESSAGE {
+        return message;
+    }
+    let mut end = MAX_SETTLED_MESSAGE - '…'.len_utf8();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.truncate(end);
+    message.push('…');
+    message
 }
 
 /// Runs `tool` on a worker, its panic turned into an error, and so is a result that is no
