@@ -93,6 +93,11 @@ impl Tool {
     /// Adds a preflight, run on SEP-2663 calls before any task is created: it sees the
     /// arguments and the call's `inputResponses` (if any) and may ask for input first. The
     /// handler later reads those answers with [`TaskContext::call_input`].
+    ///
+    /// The preflight runs on the thread that reads the client's messages, before the call
+    /// takes a worker: keep it to quick checks of the arguments. While it runs, nothing
+    /// else from that client is handled (over stdio, not even a `tasks/get` or a cancel);
+    /// slow work, and anything that waits, belongs in the handler.
     pub fn with_preflight(
         mut self,
         preflight: impl Fn(&Value, Option<&Value>) -> Preflight + Send + Sync + 'static,
