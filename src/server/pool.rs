@@ -77,7 +77,7 @@ impl Counts {
 }
 
 /// A handle through which a job lends its pool place while it waits (see
-/// [`lend`](Places::lend)). Cheap to clone.
+/// [`lend_place`](Places::lend_place)). Cheap to clone.
 #[derive(Clone, Debug)]
 pub(crate) struct Places(Arc<Shared>);
 
