@@ -1326,6 +1326,30 @@ mod tests {
         Store::builder().journal(config).build().unwrap()
     }
 
+    /// Rewrites the log at `path` as version 1 wrote it (its header says 1, each record is
+    /// framed alone), and returns its new bytes.
+    fn rewrite_as_version_1(path: &Path) -> Vec<u8> {
+        let bytes = fs::read(path).unwrap();
+        let (frames, ending) = frame::read_frames(&bytes).unwrap();
+        assert_eq!(ending, frame::Ending::Clean);
+        let mut old = Vec::new();
+        for payload in frames {
+            let mut value: serde_json::Value = serde_json::from_slice(payload).unwrap();
+            let records = match value.as_array_mut() {
+                Some(batch) => std::mem::take(batch),
+                None => {
+                    value["version"] = 1.into();
+                    vec![value]
+                }
+            };
+            for record in records {
+                frame::write_frame(&mut old, &serde_json::to_vec(&record).unwrap()).unwrap();
+            }
+        }
+        fs::write(path, &old).unwrap();
+        old
+    }
+
     fn only(dir: &Path, prefix: &str) -> PathBuf {
         let mut found: Vec<PathBuf> = fs::read_dir(dir)
             .unwrap()
@@ -1462,27 +1486,8 @@ mod tests {
                 .map(|_| store.create(CreateTask::new()).unwrap().task_id)
                 .collect()
         };
-        // Rewrite the log as version 1 wrote it: its header says 1, each record is framed
-        // alone.
         let log = only(dir.path(), "journal-");
-        let bytes = fs::read(&log).unwrap();
-        let (frames, ending) = frame::read_frames(&bytes).unwrap();
-        assert_eq!(ending, frame::Ending::Clean);
-        let mut old = Vec::new();
-        for payload in frames {
-            let mut value: serde_json::Value = serde_json::from_slice(payload).unwrap();
-            let records = match value.as_array_mut() {
-                Some(batch) => std::mem::take(batch),
-                None => {
-                    value["version"] = 1.into();
-                    vec![value]
-                }
-            };
-            for record in records {
-                frame::write_frame(&mut old, &serde_json::to_vec(&record).unwrap()).unwrap();
-            }
-        }
-        fs::write(&log, &old).unwrap();
+        rewrite_as_version_1(&log);
         let store = open(dir.path());
         for id in &ids {
             assert!(store.get(*id, None).is_ok());
@@ -1737,23 +1742,7 @@ mod tests {
             store.create(CreateTask::new()).unwrap();
         }
         let log = only(dir.path(), "journal-");
-        let bytes = fs::read(&log).unwrap();
-        let (frames, _) = frame::read_frames(&bytes).unwrap();
-        let mut old = Vec::new();
-        for payload in frames {
-            let mut value: serde_json::Value = serde_json::from_slice(payload).unwrap();
-            let records = match value.as_array_mut() {
-                Some(batch) => std::mem::take(batch),
-                None => {
-                    value["version"] = 1.into();
-                    vec![value]
-                }
-            };
-            for record in records {
-                frame::write_frame(&mut old, &serde_json::to_vec(&record).unwrap()).unwrap();
-            }
-        }
-        fs::write(&log, &old).unwrap();
+        let old = rewrite_as_version_1(&log);
         // No room for the snapshot that rewrites it; the running task is failed at start.
         fs::create_dir(dir.path().join("snapshot.tmp")).unwrap();
         match Store::builder()
