@@ -904,6 +904,35 @@ mod tests {
     /// Longest a test waits for something a correct run does at once.
     const GUARD: Duration = Duration::from_secs(10);
 
+    /// Reports `task`'s current state to `subscriptions` on a thread of its own, and
+    /// returns once that report holds the state of every subscription open (its message
+    /// waiting for room, when nothing reads): the channel hears when the report returns.
+    fn report_until_stuck(
+        subscriptions: &Arc<Subscriptions>,
+        handle: &crate::StoreHandle,
+        task: TaskId,
+    ) -> crossbeam_channel::Receiver<()> {
+        let event = status_event(handle, task);
+        let listens: Vec<Arc<Listen>> = {
+            let registry = subscriptions.registry.lock();
+            registry.by_key.values().cloned().collect()
+        };
+        let (reported, reporting) = crossbeam_channel::bounded(1);
+        {
+            let (subscriptions, handle) = (subscriptions.clone(), handle.clone());
+            std::thread::spawn(move || {
+                subscriptions.on_event(&handle, None, &event);
+                let _ = reported.send(());
+            });
+        }
+        let started = std::time::Instant::now();
+        while !listens.iter().all(|listen| listen.state.is_locked()) {
+            assert!(started.elapsed() < GUARD, "the report never started");
+            std::thread::yield_now();
+        }
+        reporting
+    }
+
     /// A stdio subscription whose message waits for room is still ended at once by its
     /// cancel or its connection closing (which must not wait for a client that may never
     /// read again), and sends nothing more.
@@ -925,26 +954,9 @@ mod tests {
             handle
                 .update_status(task, None, TaskStatus::InputRequired, None)
                 .ok();
-            let event = status_event(&handle, task);
-            let listen = {
-                let registry = subscriptions.registry.lock();
-                registry.by_key.values().next().unwrap().clone()
-            };
-            let (reported, reporting) = crossbeam_channel::bounded(1);
-            {
-                let (subscriptions, handle) = (subscriptions.clone(), handle.clone());
-                std::thread::spawn(move || {
-                    subscriptions.on_event(&handle, None, &event);
-                    let _ = reported.send(());
-                });
-            }
             // The report holds the subscription's state while its message waits for room
             // (nothing reads `messages`): the end must come while it waits.
-            let started = std::time::Instant::now();
-            while !listen.state.is_locked() {
-                assert!(started.elapsed() < GUARD, "the report never started");
-                std::thread::yield_now();
-            }
+            let reporting = report_until_stuck(&subscriptions, &handle, task);
             // Ended on a thread of its own, so that a broken end (waiting for the report,
             // which waits for room) fails the test instead of hanging it.
             let (ended, ending) = crossbeam_channel::bounded(1);
@@ -1004,26 +1016,9 @@ mod tests {
         handle
             .update_status(task, None, TaskStatus::InputRequired, None)
             .ok();
-        let event = status_event(&handle, task);
-        let listens: Vec<Arc<Listen>> = {
-            let registry = subscriptions.registry.lock();
-            registry.by_key.values().cloned().collect()
-        };
-        let (reported, reporting) = crossbeam_channel::bounded(1);
-        {
-            let (subscriptions, handle) = (subscriptions.clone(), handle.clone());
-            std::thread::spawn(move || {
-                subscriptions.on_event(&handle, None, &event);
-                let _ = reported.send(());
-            });
-        }
         // The report holds both subscriptions' states while the first one's message waits
         // for room (nothing reads `messages`).
-        let started = std::time::Instant::now();
-        while !listens.iter().all(|listen| listen.state.is_locked()) {
-            assert!(started.elapsed() < GUARD, "the report never started");
-            std::thread::yield_now();
-        }
+        let reporting = report_until_stuck(&subscriptions, &handle, task);
         let (ended, ending) = crossbeam_channel::bounded(1);
         {
             let subscriptions = subscriptions.clone();
