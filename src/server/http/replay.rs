@@ -234,6 +234,23 @@ mod tests {
         assert!(resumed[KEEP_MESSAGES - 1].starts_with(&last));
     }
 
+    /// A client whose connection died without a word resumes from the last event it saw,
+    /// which may be older than what its stream went on to write into the dead connection:
+    /// it gets those events again, not only what no stream took to write.
+    #[test]
+    fn a_client_resumes_from_before_what_its_dead_stream_wrote() {
+        let replay = Replay::default();
+        let (mut stream, _) = replay.start(None);
+        replay.record(&json!([1]));
+        replay.record(&json!([2]));
+        assert_eq!(replay.after(&mut stream).len(), 2, "the stream writes both");
+        // Only the first reached the client.
+        assert_eq!(
+            resumed(&replay, Some("1")),
+            ["id: 2\nevent: message\ndata: [2]\n\n", "id: 2\ndata: \n\n"]
+        );
+    }
+
     #[test]
     fn only_the_latest_messages_are_kept() {
         let replay = Replay::default();
