@@ -251,6 +251,24 @@ mod tests {
         );
     }
 
+    /// The newest message is kept whatever its size, even when only a request is older:
+    /// the request goes, not the message just recorded, which no stream has written yet.
+    #[test]
+    fn the_newest_message_is_kept_over_an_older_request() {
+        let replay = Replay::default();
+        replay.record(&json!({"jsonrpc": "2.0", "id": "s-1", "method": "elicitation/create"}));
+        let big = "x".repeat(KEEP_BYTES);
+        let newest = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": big});
+        replay.record(&newest);
+        assert_eq!(
+            resumed(&replay, Some("0")),
+            [
+                event(2, &newest.to_string()),
+                "id: 2\ndata: \n\n".to_string()
+            ]
+        );
+    }
+
     #[test]
     fn only_the_latest_messages_are_kept() {
         let replay = Replay::default();
