@@ -269,6 +269,21 @@ mod tests {
         );
     }
 
+    /// Messages up to exactly [`KEEP_BYTES`] in all are kept: the bound is on what is more.
+    #[test]
+    fn messages_of_exactly_the_byte_bound_are_all_kept() {
+        let replay = Replay::default();
+        // A JSON string's text is its characters and two quotes.
+        let half = "x".repeat(KEEP_BYTES / 2 - 2);
+        replay.record(&json!(half));
+        replay.record(&json!(half));
+        assert_eq!(resumed(&replay, Some("0")).len(), 3, "both kept");
+        replay.record(&json!(0));
+        let kept = resumed(&replay, Some("0"));
+        assert_eq!(kept.len(), 3, "one byte more: the oldest goes");
+        assert!(kept[0].starts_with("id: 2\n"), "{}", kept[0]);
+    }
+
     #[test]
     fn only_the_latest_messages_are_kept() {
         let replay = Replay::default();
