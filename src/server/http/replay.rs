@@ -284,6 +284,21 @@ mod tests {
         assert!(kept[0].starts_with("id: 2\n"), "{}", kept[0]);
     }
 
+    /// The bytes of a message no longer kept are counted no more: once a big message
+    /// goes, smaller ones after it are kept beside the next big one, not dropped too.
+    #[test]
+    fn a_dropped_message_frees_its_bytes() {
+        let replay = Replay::default();
+        let big = "x".repeat(KEEP_BYTES / 2 + 1);
+        replay.record(&json!(big));
+        replay.record(&json!(big)); // the first goes
+        replay.record(&json!(3));
+        let kept = resumed(&replay, Some("0"));
+        assert_eq!(kept.len(), 3, "the second big one and 3 are kept");
+        assert!(kept[0].starts_with("id: 2\n"), "{}", kept[0]);
+        assert_eq!(kept[1], "id: 3\nevent: message\ndata: 3\n\n");
+    }
+
     #[test]
     fn only_the_latest_messages_are_kept() {
         let replay = Replay::default();
