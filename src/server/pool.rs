@@ -291,6 +291,37 @@ mod tests {
         }
     }
 
+    /// A job that got its place back and waits again while a stand-in is still there (busy
+    /// with another job, so it cannot have left) finds `workers` threads serving: it lends
+    /// its place without spawning another stand-in.
+    #[test]
+    fn a_second_wait_needs_no_second_stand_in_while_the_first_is_there() {
+        let pool = WorkerPool::new(1, 4).unwrap();
+        let (started, on_stand_in) = crossbeam_channel::unbounded::<()>();
+        let (release, released) = crossbeam_channel::unbounded::<()>();
+        let (report, threads) = crossbeam_channel::unbounded::<usize>();
+        let places = pool.places();
+        pool.submit(move || {
+            let lent = places.lend_place();
+            on_stand_in.recv().unwrap(); // the stand-in runs the second job
+            drop(lent);
+            let _again = places.lend_place();
+            report.send(places.0.counts.lock().threads).unwrap();
+        })
+        .unwrap();
+        pool.submit(move || {
+            started.send(()).unwrap();
+            released.recv().unwrap();
+        })
+        .unwrap();
+        assert_eq!(
+            threads.recv_timeout(Duration::from_secs(10)),
+            Ok(2),
+            "the worker and one stand-in"
+        );
+        release.send(()).unwrap();
+    }
+
     /// Off the pool's threads there is no place to lend: nothing is spawned.
     #[test]
     fn lending_off_the_pool_runs_the_wait_and_spawns_nothing() {
