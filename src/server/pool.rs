@@ -322,6 +322,37 @@ mod tests {
         release.send(()).unwrap();
     }
 
+    /// Stand-ins stop at [`MAX_STAND_INS`]: with one fewer alive (each serving for a job
+    /// that lent its place), a job that waits gets one more; with that many, it keeps its
+    /// place. The counts are set as those stand-ins would leave them, rather than spawning
+    /// a thousand threads.
+    #[test]
+    fn stand_ins_stop_at_the_cap() {
+        let workers = 2;
+        let (jobs, inbox) = crossbeam_channel::unbounded::<Job>();
+        for (stand_ins, spawned) in [(MAX_STAND_INS - 1, 1), (MAX_STAND_INS, 0)] {
+            let threads = workers + stand_ins;
+            let places = Places(Arc::new(Shared {
+                inbox: inbox.clone(),
+                workers,
+                queue: 1,
+                queued: AtomicUsize::new(0),
+                counts: Mutex::new(Counts {
+                    threads,
+                    lent: stand_ins,
+                    named: threads,
+                }),
+            }));
+            let _lent = places.lend_place();
+            assert_eq!(
+                places.0.counts.lock().threads,
+                threads + spawned,
+                "{stand_ins} stand-ins"
+            );
+        }
+        drop(jobs); // the stand-in spawned exits
+    }
+
     /// Off the pool's threads there is no place to lend: nothing is spawned.
     #[test]
     fn lending_off_the_pool_runs_the_wait_and_spawns_nothing() {
