@@ -353,6 +353,33 @@ mod tests {
         drop(jobs); // the stand-in spawned exits
     }
 
+    /// Stand-ins are named on from the workers (`mcp-tool-0` is the one worker here, the
+    /// first stand-in `mcp-tool-1`), so each pool thread has its own name in a panic
+    /// message or a debugger.
+    #[test]
+    fn a_stand_in_is_named_after_the_workers() {
+        let pool = WorkerPool::new(1, 4).unwrap();
+        let (report, names) = crossbeam_channel::unbounded::<Option<String>>();
+        let (release, released) = crossbeam_channel::unbounded::<()>();
+        let name = || std::thread::current().name().map(str::to_owned);
+        let (places, report_worker) = (pool.places(), report.clone());
+        pool.submit(move || {
+            report_worker.send(name()).unwrap();
+            places.lend(|| released.recv().unwrap());
+        })
+        .unwrap();
+        pool.submit(move || report.send(name()).unwrap()).unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            seen.push(names.recv_timeout(Duration::from_secs(10)).unwrap());
+        }
+        assert_eq!(
+            seen,
+            [Some("mcp-tool-0".to_owned()), Some("mcp-tool-1".to_owned())]
+        );
+        release.send(()).unwrap();
+    }
+
     /// Off the pool's threads there is no place to lend: nothing is spawned.
     #[test]
     fn lending_off_the_pool_runs_the_wait_and_spawns_nothing() {
