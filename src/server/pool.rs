@@ -380,6 +380,22 @@ mod tests {
         release.send(()).unwrap();
     }
 
+    /// Threads that exit as the queue closes are counted out, so the counts a job still
+    /// holding [`Places`] lends against stay true after the pool is dropped: none left.
+    #[test]
+    fn threads_leaving_a_closed_queue_are_counted_out() {
+        let WorkerPool {
+            jobs,
+            places,
+            _threads: threads,
+        } = WorkerPool::new(2, 4).unwrap();
+        drop(jobs);
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(places.0.counts.lock().threads, 0);
+    }
+
     /// Off the pool's threads there is no place to lend: nothing is spawned.
     #[test]
     fn lending_off_the_pool_runs_the_wait_and_spawns_nothing() {
