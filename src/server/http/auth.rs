@@ -40,9 +40,7 @@ impl RequestHead<'_> {
     /// choose: a proxy in front that appends its own field (an identity it vouches for,
     /// say) rather than replacing the client's leaves the client's first.
     pub fn header(&self, name: &str) -> Option<&str> {
-        let mut named = (self.0.fields.iter()).filter(|(n, _)| n.eq_ignore_ascii_case(name));
-        let (_, value) = named.next()?;
-        named.next().is_none().then_some(value.as_str())
+        self.0.single_field(name).ok().flatten()
     }
 
     /// The token of an `Authorization: Bearer <token>` field (the scheme compared
